@@ -1,11 +1,11 @@
-"""Shared test setup: one torch thread (the CI box is shared and has 2 cores), deterministic seeds."""
+"""Shared test setup: one torch thread (CI has 2 shared cores), deterministic seeds."""
 
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 torch.set_num_threads(1)
 

@@ -1,0 +1,219 @@
+"""Transformer stacks with segment memory: GTrXL, TrXL and TrXL-I.
+
+One class, :class:`TransformerStack`, built from :mod:`rltrans.core` blocks;
+the three named architectures are presets of its options (Parisotto et al.
+2019, figure 1):
+
+=========  ======  ==========  ========  ==========
+preset     norm    activation  gate      position
+=========  ======  ==========  ========  ==========
+gtrxl      pre     relu        gru       xl
+trxl       post    none        residual  xl
+trxl_i     pre     relu        residual  xl
+=========  ======  ==========  ========  ==========
+
+Memory semantics (Dai et al. 2019, section 3.2, with an explicit window): each
+layer attends over its stored inputs of the previous M steps (stop-gradient)
+and the current segment, and every query sees at most the last M steps plus
+itself. With that window, running a sequence in chunks with memory gives the
+same outputs as running it whole, and acting one step at a time with the
+cache in :class:`rltrans.memory.MemoryState` gives the same outputs again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rltrans.core.attention import Kernel, sequence_mask
+from rltrans.core.block import NormPlacement, SublayerActivation, build_block
+from rltrans.core.gates import GateName
+from rltrans.core.position import PositionName, build_input_position
+from rltrans.memory import Memory, MemoryState
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "gtrxl": {"norm": "pre", "sublayer_activation": "relu", "gate": "gru", "position": "xl"},
+    "trxl": {"norm": "post", "sublayer_activation": "none", "gate": "residual", "position": "xl"},
+    "trxl_i": {"norm": "pre", "sublayer_activation": "relu", "gate": "residual", "position": "xl"},
+}
+
+
+def episode_positions(starts: Tensor | None, time0: Tensor, length: int) -> Tensor:
+    """(B, L) steps since episode start for a segment whose first token is at ``time0`` (B,)."""
+    idx = torch.arange(length, device=time0.device).expand(time0.shape[0], length)  # (B, L)
+    if starts is None:
+        return time0.unsqueeze(1) + idx
+    last_start = torch.where(starts.bool(), idx, torch.full_like(idx, -1)).cummax(dim=1).values
+    return torch.where(last_start >= 0, idx - last_start, time0.unsqueeze(1) + idx)
+
+
+class TransformerStack(nn.Module):
+    """A stack of Y TransformerBlocks with optional segment memory of M steps.
+
+    >>> stack = TransformerStack(dim=32, layers=2, heads=4, memory=8)
+    >>> mem = stack.empty_memory(batch=3)
+    >>> y, mem = stack(torch.randn(3, 5, 32), mem)
+    >>> y.shape, mem.hidden.shape
+    (torch.Size([3, 5, 32]), torch.Size([2, 3, 8, 32]))
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        layers: int,
+        heads: int,
+        *,
+        memory: int = 0,
+        position: PositionName = "xl",
+        gate: GateName = "gru",
+        norm: NormPlacement = "pre",
+        sublayer_activation: SublayerActivation = "relu",
+        ff_mult: int = 4,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        gate_bias: float = 2.0,
+        kernel: Kernel = "sdpa",
+        causal: bool = True,
+        max_len: int = 1024,
+        shaw_max_distance: int = 16,
+    ) -> None:
+        super().__init__()
+        if memory < 0:
+            raise ValueError(f"memory must be >= 0, got {memory}")
+        self.dim, self.layers, self.heads, self.memory, self.causal = (
+            dim,
+            layers,
+            heads,
+            memory,
+            causal,
+        )
+        self.input_position = build_input_position(position, dim, max_len=max_len)
+        self.blocks = nn.ModuleList(
+            build_block(
+                dim,
+                heads,
+                norm=norm,
+                position=position,
+                gate=gate,
+                sublayer_activation=sublayer_activation,
+                ff_mult=ff_mult,
+                dropout=dropout,
+                attn_dropout=attn_dropout,
+                gate_bias=gate_bias,
+                kernel=kernel,
+                shaw_max_distance=shaw_max_distance,
+            )
+            for _ in range(layers)
+        )
+        # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm (GPT-2's ln_f).
+        self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
+
+    @classmethod
+    def preset(
+        cls, name: str, dim: int, layers: int, heads: int, **kwargs: Any
+    ) -> TransformerStack:
+        """Build ``gtrxl``, ``trxl`` or ``trxl_i``; kwargs override the preset's options."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; valid choices: {', '.join(PRESETS)}")
+        return cls(dim, layers, heads, **{**PRESETS[name], **kwargs})
+
+    def empty_memory(self, batch: int, device=None, dtype=None) -> Memory:
+        """All-invalid training memory for ``batch`` sequences."""
+        return Memory.empty(self.layers, batch, self.memory, self.dim, device, dtype)
+
+    def initial_state(self, envs: int, device=None, dtype=None) -> MemoryState:
+        """All-invalid acting state (with key/value cache) for ``envs`` environments."""
+        if self.memory < 1:
+            raise ValueError("acting with a cache needs memory >= 1")
+        sizes = (self.layers, envs, self.memory, self.dim, self.heads)
+        return MemoryState.empty(*sizes, device, dtype)
+
+    def add_input_position(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Add the absolute position embedding, if the scheme has one."""
+        if self.input_position is None:
+            return x
+        return x + self.input_position(positions).to(x.dtype)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Memory | None = None,
+        *,
+        starts: Tensor | None = None,
+        key_padding: Tensor | None = None,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, Memory | None]:
+        """Run a segment x (B, L, D) after ``memory``; return outputs and the next memory.
+
+        starts (B, L) bool: True where a new episode begins (memory and earlier
+        steps become invisible from there on). key_padding (B, L) bool: True for
+        real tokens (only without memory). positions (B, L) long: absolute
+        positions for absolute schemes (default: steps since episode start).
+        """
+        b, length, _ = x.shape
+        m = self.memory if memory is not None else 0
+        if memory is not None and memory.hidden.shape[2] != self.memory:
+            raise ValueError(f"memory holds {memory.hidden.shape[2]} steps, stack expects {m}")
+        if positions is None:
+            time0 = memory.time if memory is not None else x.new_zeros(b, dtype=torch.long)
+            positions = episode_positions(starts, time0, length)
+        mask = sequence_mask(
+            length,
+            m,
+            window=self.memory if self.memory > 0 else None,
+            causal=self.causal,
+            memory_valid=memory.valid if memory is not None else None,
+            starts=starts,
+            key_padding=key_padding,
+            device=x.device,
+        )  # (B|1, 1, L, M+L)
+        h = self.add_input_position(x, positions)
+        new_hidden = []
+        for i, block in enumerate(self.blocks):
+            mem_kv = None
+            if memory is not None:
+                mem_h = memory.hidden[i].detach()  # stop-gradient into memory (Dai et al. 2019)
+                new_hidden.append(torch.cat([mem_h, h.detach()], dim=1)[:, -m:])  # (B, M, D)
+                mem_kv = block.memory_kv(mem_h)
+            h, _ = block(h, mem_kv, mask)
+        out = self.final_norm(h)
+        if memory is None:
+            return out, None
+        return out, Memory(torch.stack(new_hidden), *self._next_validity(memory, starts, positions))
+
+    def _next_validity(
+        self, memory: Memory, starts: Tensor | None, positions: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Validity of the next memory window and its episode time."""
+        b, length = positions.shape
+        valid = torch.cat([memory.valid, memory.valid.new_ones(b, length)], dim=1)  # (B, M+L)
+        if starts is not None:
+            # Only steps of the episode running at the segment's end stay visible.
+            episode = torch.cumsum(starts.long(), dim=1)
+            key_episode = torch.cat([episode.new_zeros(b, self.memory), episode], dim=1)
+            valid = valid & (key_episode == episode[:, -1:])
+        return valid[:, -self.memory :], positions[:, -1] + 1
+
+    @torch.no_grad()
+    def step(
+        self, x: Tensor, state: MemoryState, done: Tensor | None = None
+    ) -> tuple[Tensor, MemoryState]:
+        """Act one step for N envs with the key/value cache: O(M) attention per layer.
+
+        x (N, D); done (N,) bool marks envs whose episode starts at this step.
+        Updates the state's tensors in place and returns it (with the cursor moved).
+        """
+        if done is not None:
+            state = state.reset_where(done.bool())
+        w = state.window()
+        h = self.add_input_position(x.unsqueeze(1), state.time.unsqueeze(1))  # (N, 1, D)
+        # The query sees its valid window and itself: (N, 1, 1, M+1).
+        mask = torch.cat([state.valid[:, w], state.valid.new_ones(x.shape[0], 1)], dim=1)
+        mask = mask.view(x.shape[0], 1, 1, -1)
+        for i, block in enumerate(self.blocks):
+            layer_input = h[:, 0]
+            h, (k, v) = block(h, (state.keys[i][:, :, w], state.values[i][:, :, w]), mask)
+            state.write(i, layer_input, k[:, :, 0], v[:, :, 0])
+        return self.final_norm(h[:, 0]), state.advance()

@@ -1,0 +1,213 @@
+"""The one attention kernel of rltrans, its masks, and multi-head attention.
+
+Every model family (GTrXL, the Decision Transformer stack, the Universal
+Transformer) attends through :func:`attend`; position schemes
+(:mod:`rltrans.core.position`) wrap it to add their bias or rotation but never
+re-implement the softmax. The kernel switch is one named option:
+
+* ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention`
+  (flash / memory-efficient kernels where the inputs allow),
+* ``"math"``: the reference formula softmax(q k^T / sqrt(d_h) + bias) v,
+  written out so tests can check the fast path against it.
+
+Masks are boolean, ``True`` meaning "may attend". Builders here always leave
+the diagonal (a query's own key) visible, so no row is ever fully masked and
+-inf never turns into NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, get_args
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Kernel = Literal["sdpa", "math"]
+KERNELS: tuple[str, ...] = get_args(Kernel)
+
+
+def check_choice(name: str, value: str, valid: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``valid``, else raise a ValueError listing them."""
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(valid)}")
+    return value
+
+
+def mask_to_bias(mask: Tensor | None, bias: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """Fold a boolean mask into an additive float bias (``-inf`` where masked)."""
+    if mask is None:
+        return bias
+    if bias is None:
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill(~mask, float("-inf"))
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    dropout: float = 0.0,
+    kernel: Kernel = "sdpa",
+) -> Tensor:
+    """Scaled dot-product attention, the single kernel every rltrans model uses.
+
+    q: (B, H, L, E); k, v: (B, H, S, E); mask: bool broadcastable to (B, H, L, S),
+    True = may attend; bias: float broadcastable to (B, H, L, S), added to the
+    scores. Scores are scaled by 1/sqrt(E), E being the head dimension
+    (Vaswani et al. 2017, eq. 1), not the model width.
+
+    >>> q = k = v = torch.randn(2, 4, 8, 16)
+    >>> attend(q, k, v).shape
+    torch.Size([2, 4, 8, 16])
+    """
+    if kernel == "sdpa":
+        # SDPA accepts either a boolean mask or one float bias: fold them when both are given.
+        attn_mask = mask if bias is None else mask_to_bias(mask, bias, q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+    probs = attention_probs(q, k, mask=mask, bias=bias)
+    if dropout > 0.0:
+        probs = F.dropout(probs, p=dropout)
+    return probs @ v
+
+
+def attention_probs(
+    q: Tensor, k: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None
+) -> Tensor:
+    """Reference attention weights softmax(q k^T / sqrt(E) + bias), masked: (B, H, L, S)."""
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, L, S)
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+def sequence_mask(
+    length: int,
+    memory: int = 0,
+    *,
+    window: int | None = None,
+    causal: bool = True,
+    memory_valid: Tensor | None = None,
+    starts: Tensor | None = None,
+    key_padding: Tensor | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Boolean attention mask for L queries over S = M + L keys ``[memory ; current]``.
+
+    Query i (global index M + i) may see key j when all of these hold:
+
+    * ``causal``: j <= M + i;
+    * ``window``: (M + i) - j <= window (the last ``window`` steps plus itself;
+      rltrans uses window = M so chunked-with-memory equals whole-sequence);
+    * ``memory_valid`` (B, M): a memory slot is visible only if valid (it holds
+      a step of the current episode of that sequence);
+    * ``starts`` (B, L): True where a new episode begins at that step; a query
+      then sees neither memory nor keys from before its episode start;
+    * ``key_padding`` (B, S): True where a key is real (False = padding).
+
+    The diagonal is always visible. Returns (B or 1, 1, L, S), ready to
+    broadcast over heads.
+    """
+    total = memory + length
+    q_idx = torch.arange(memory, total, device=device).unsqueeze(1)  # (L, 1) global query index
+    k_idx = torch.arange(total, device=device).unsqueeze(0)  # (1, S)
+    allowed = torch.ones(length, total, dtype=torch.bool, device=device)
+    if causal:
+        allowed = allowed & (k_idx <= q_idx)
+    if window is not None:
+        allowed = allowed & (q_idx - k_idx <= window) & (k_idx - q_idx <= window)
+    allowed = allowed.unsqueeze(0)  # (1, L, S)
+
+    if starts is not None or memory_valid is not None:
+        batch = (starts if starts is not None else memory_valid).shape[0]
+        if starts is not None:
+            # Episode index of each step: memory is episode 0, every start opens a new one.
+            episode = torch.cumsum(starts.long(), dim=1)  # (B, L)
+            key_episode = torch.cat([episode.new_zeros(batch, memory), episode], dim=1)  # (B, S)
+            same = episode.unsqueeze(2) == key_episode.unsqueeze(1)  # (B, L, S)
+        else:
+            same = torch.ones(batch, length, total, dtype=torch.bool, device=device)
+        if memory_valid is not None:
+            valid = torch.cat(
+                [memory_valid.bool(), memory_valid.new_ones(batch, length, dtype=torch.bool)], dim=1
+            )  # (B, S)
+            same = same & valid.unsqueeze(1)
+        allowed = allowed & same
+    if key_padding is not None:
+        allowed = allowed & key_padding.bool().unsqueeze(1)  # (B, 1, S)
+    # A query always sees itself: no fully masked row, so no NaN from softmax over -inf.
+    diagonal = q_idx == k_idx  # (L, S)
+    return (allowed | diagonal).unsqueeze(1)  # (B|1, 1, L, S)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with queries from the current tokens and keys/values from
+    ``[memory ; current]``; positional information comes from a pluggable scheme.
+
+    The scheme object (see :func:`rltrans.core.position.build_attention_position`)
+    receives the projected heads and calls :func:`attend`, so every scheme shares
+    one kernel. ``project_kv`` is exposed so acting can cache memory keys/values.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        scheme: nn.Module,
+        *,
+        dropout: float = 0.0,
+        kernel: Kernel = "sdpa",
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if dim % heads != 0:
+            raise ValueError(f"dim={dim} must be divisible by heads={heads}")
+        self.heads, self.head_dim = heads, dim // heads
+        self.kernel = check_choice("attention kernel", kernel, KERNELS)
+        self.dropout = dropout
+        self.q_proj = nn.Linear(dim, dim, bias=bias)
+        self.kv_proj = nn.Linear(dim, 2 * dim, bias=bias)
+        self.out_proj = nn.Linear(dim, dim, bias=bias)
+        self.scheme = scheme
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, D) -> (B, H, L, D/H)."""
+        b, n, _ = x.shape
+        return x.view(b, n, self.heads, self.head_dim).transpose(1, 2)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of tokens x (B, S, D), each (B, H, S, D/H)."""
+        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        return self.split_heads(k), self.split_heads(v)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
+        mask: Tensor | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """Attend from x (B, L, D) over ``[memory ; x]``.
+
+        memory_kv: keys and values of the memory tokens, (B, H, M, D/H) each,
+        already projected (acting passes its cache, training projects the stored
+        hidden states). Returns the output (B, L, D) and the current tokens' own
+        (k, v) so that callers can extend a cache.
+        """
+        b, length, dim = x.shape
+        q = self.split_heads(self.q_proj(x))  # (B, H, L, D/H)
+        k_cur, v_cur = self.project_kv(x)  # (B, H, L, D/H)
+        if memory_kv is not None:
+            k = torch.cat([memory_kv[0], k_cur], dim=2)  # (B, H, M+L, D/H)
+            v = torch.cat([memory_kv[1], v_cur], dim=2)
+        else:
+            k, v = k_cur, v_cur
+        drop = self.dropout if self.training else 0.0
+        out = self.scheme(q, k, v, mask=mask, dropout=drop, kernel=self.kernel)  # (B, H, L, D/H)
+        out = out.transpose(1, 2).reshape(b, length, dim)  # (B, L, D)
+        return self.out_proj(out), (k_cur, v_cur)

@@ -1,0 +1,299 @@
+"""Position schemes, chosen by name.
+
+Absolute schemes (``sinusoidal``, ``learned``) add an embedding to the tokens
+at the input of a stack (:func:`build_input_position`). Relative schemes act
+inside every attention layer (:func:`build_attention_position`): each is a
+small module with the call signature ``scheme(q, k, v, mask=, dropout=, kernel=)``
+that adds its bias or rotation and then calls the shared kernel
+:func:`rltrans.core.attention.attend`.
+
+Layout convention shared by all schemes: keys are ``[memory ; current]`` in
+time order, S = M + L keys for L queries, so query i sits at global index
+M + i and its distance to key j is (M + i) - j.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor, nn
+
+from rltrans.core.attention import Kernel, attend, attention_probs, check_choice
+
+PositionName = Literal["none", "sinusoidal", "learned", "shaw", "xl", "rotary", "alibi"]
+POSITIONS: tuple[str, ...] = get_args(PositionName)
+
+
+def relative_distance(length: int, keys: int, device: torch.device | None = None) -> Tensor:
+    """(L, S) matrix of query-minus-key distances (M + i) - j, with M = S - L."""
+    q_pos = torch.arange(keys - length, keys, device=device).unsqueeze(1)  # (L, 1)
+    k_pos = torch.arange(keys, device=device).unsqueeze(0)  # (1, S)
+    return q_pos - k_pos
+
+
+def sinusoid(positions: Tensor, dim: int) -> Tensor:
+    """Sinusoidal features [sin(p w), cos(p w)] with w_k = 10000^(-2k/dim) (Vaswani et al. 2017)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=positions.device) / dim))
+    angles = positions.float().unsqueeze(-1) * inv_freq  # (..., dim/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (..., dim)
+
+
+# ---------------------------------------------------------------- input (absolute) schemes
+
+
+class SinusoidalPosition(nn.Module):
+    """Fixed sinusoidal absolute position embedding added to the input tokens."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """positions (B, L) long -> (B, L, D)."""
+        return sinusoid(positions, self.dim)
+
+
+class LearnedPosition(nn.Module):
+    """Learned absolute position embedding; positions beyond ``max_len - 1`` are clamped."""
+
+    def __init__(self, dim: int, max_len: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, dim)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """positions (B, L) long -> (B, L, D)."""
+        return self.table(positions.clamp(0, self.max_len - 1))
+
+
+def build_input_position(name: PositionName, dim: int, *, max_len: int = 1024) -> nn.Module | None:
+    """The input-level embedding for absolute schemes, None for relative ones."""
+    check_choice("position scheme", name, POSITIONS)
+    if name == "sinusoidal":
+        return SinusoidalPosition(dim)
+    if name == "learned":
+        return LearnedPosition(dim, max_len)
+    return None
+
+
+# ---------------------------------------------------------------- attention-level schemes
+
+
+class PlainAttention(nn.Module):
+    """No positional term inside attention (``none`` and the absolute schemes)."""
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        dropout: float,
+        kernel: Kernel,
+    ) -> Tensor:
+        """Attend with no positional term."""
+        return attend(q, k, v, mask=mask, dropout=dropout, kernel=kernel)
+
+
+class RotaryAttention(nn.Module):
+    """Rotary position embedding (Su et al. 2021, RoFormer): q and k are rotated by
+    their positions so q_i . k_j depends only on i - j. Keys are rotated by their
+    position in the window, so a key cache can hold un-rotated keys."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary position needs an even head dimension, got {head_dim}")
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate x (B, H, N, E) by positions (N,), pairing the halves of E (GPT-NeoX layout)."""
+        angles = positions.to(self.inv_freq.dtype).unsqueeze(1) * self.inv_freq  # (N, E/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)  # (B, H, N, E/2) each
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        dropout: float,
+        kernel: Kernel,
+    ) -> Tensor:
+        """Rotate queries (positions M..S-1) and keys (0..S-1), then attend."""
+        length, keys = q.shape[2], k.shape[2]
+        positions = torch.arange(keys, device=q.device)
+        q = self.rotate(q, positions[keys - length :])
+        k = self.rotate(k, positions)
+        return attend(q, k, v, mask=mask, dropout=dropout, kernel=kernel)
+
+
+def alibi_slopes(heads: int) -> Tensor:
+    """Per-head slopes of ALiBi (Press et al. 2022, section 3): a geometric sequence
+    starting at 2^(-8/n); for a non-power-of-two head count, the slopes of the
+    closest power of two plus every other slope of the next one."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(heads).is_integer():
+        return torch.tensor(power_of_two(heads))
+    closest = 2 ** math.floor(math.log2(heads))
+    extra = power_of_two(2 * closest)[0::2][: heads - closest]
+    return torch.tensor(power_of_two(closest) + extra)
+
+
+class ALiBiAttention(nn.Module):
+    """Attention with linear biases (Press et al. 2022): score -= slope_h * |i - j|."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(heads).view(heads, 1, 1), persistent=False)
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        dropout: float,
+        kernel: Kernel,
+    ) -> Tensor:
+        """Add the distance penalty as a float bias and attend."""
+        distance = relative_distance(q.shape[2], k.shape[2], q.device).abs()  # (L, S)
+        bias = (-self.slopes * distance).to(q.dtype)  # (H, L, S)
+        return attend(q, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
+
+
+class ShawAttention(nn.Module):
+    """Relative position representations of Shaw et al. (2018): learned vectors
+    a^K and a^V for distances clipped to [-max_distance, max_distance], added to
+    the keys (eq. 4) and to the values (eq. 3), shared across heads.
+
+    Neither term materialises an (L, S, E) tensor: the key term is q @ a^K^T over
+    the 2C+1 distinct distances, gathered to (L, S); the value term sums the
+    attention weights per distance bucket (scatter-add) and multiplies by a^V.
+    The value term needs the weights, so this scheme always runs the reference
+    math (SDPA does not return them).
+    """
+
+    def __init__(self, head_dim: int, max_distance: int = 16) -> None:
+        super().__init__()
+        if max_distance < 1:
+            raise ValueError(f"shaw max_distance must be >= 1, got {max_distance}")
+        self.max_distance = max_distance
+        self.rel_k = nn.Embedding(2 * max_distance + 1, head_dim)
+        self.rel_v = nn.Embedding(2 * max_distance + 1, head_dim)
+        nn.init.normal_(self.rel_k.weight, std=0.02)
+        nn.init.normal_(self.rel_v.weight, std=0.02)
+
+    def bucket(self, length: int, keys: int, device: torch.device) -> Tensor:
+        """(L, S) index of clip(distance) into the 2C+1 tables."""
+        c = self.max_distance
+        return relative_distance(length, keys, device).clamp(-c, c) + c
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        dropout: float,
+        kernel: Kernel,
+    ) -> Tensor:
+        """Attend with clipped relative key and value terms."""
+        b, h, length, e = q.shape
+        idx = self.bucket(length, k.shape[2], q.device).expand(b, h, -1, -1)  # (B, H, L, S)
+        key_term = (q @ self.rel_k.weight.t()).gather(-1, idx)  # (B, H, L, S)
+        probs = attention_probs(q, k, mask=mask, bias=key_term / math.sqrt(e))
+        if dropout > 0.0:
+            probs = nn.functional.dropout(probs, p=dropout)
+        per_bucket = probs.new_zeros(b, h, length, self.rel_v.num_embeddings)
+        per_bucket = per_bucket.scatter_add(-1, idx, probs)  # (B, H, L, 2C+1)
+        return probs @ v + per_bucket @ self.rel_v.weight
+
+
+class XLAttention(nn.Module):
+    """Transformer-XL relative attention (Dai et al. 2019, section 3.3).
+
+    score_ij = (q_i + u) . k_j  +  (q_i + v) . W_kR R_{i-j}      [terms (a)+(c), (b)+(d)]
+
+    with R a fixed sinusoid of the distance, W_kR a projection separate from the
+    key projection, and u, v learned global biases. Terms (b)+(d) are computed
+    for every distance once, (L, W) with W = S + L, then aligned to (L, S) with
+    the O(L) "shift": a strided view of the flat buffer (appendix B), no gather
+    and no (L, S, E) tensor. The result enters the shared kernel as a float bias,
+    so the SDPA path stays available.
+    """
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.r_proj = nn.Linear(dim, dim, bias=False)  # W_kR
+        self.u = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
+        self.v = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
+
+    def relative_keys(self, keys: int, length: int, device: torch.device) -> Tensor:
+        """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L."""
+        distances = torch.arange(keys - 1, -length - 1, -1, device=device)
+        r = self.r_proj(sinusoid(distances, self.dim).to(self.r_proj.weight.dtype))  # (W, D)
+        return r.view(-1, self.heads, self.head_dim).transpose(0, 1)  # (H, W, E)
+
+    @staticmethod
+    def shift(bd: Tensor, keys: int) -> Tensor:
+        """Align (B, H, L, W) scores over descending distances to (B, H, L, S).
+
+        Column c of row i holds distance S-1-c; we need distance (S-L+i)-j at
+        (i, j), i.e. column L-1-i+j. In the flat buffer that element sits at
+        L-1 + i*(W-1) + j, so a view with row stride W-1 starting at L-1 picks it.
+        """
+        b, h, length, width = bd.shape
+        flat = bd.reshape(b, h, length * width)
+        start = length - 1
+        rows = flat[..., start : start + length * (width - 1)]
+        return rows.reshape(b, h, length, width - 1)[..., :keys]
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        dropout: float,
+        kernel: Kernel,
+    ) -> Tensor:
+        """Add the relative term (b)+(d) as a bias and attend with (q + u)."""
+        length, keys = q.shape[2], k.shape[2]
+        r = self.relative_keys(keys, length, q.device).to(q.dtype)  # (H, W, E)
+        bd = (q + self.v) @ r.transpose(-1, -2)  # (B, H, L, W)
+        bias = self.shift(bd, keys) * (1.0 / math.sqrt(self.head_dim))  # (B, H, L, S)
+        return attend(q + self.u, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
+
+
+def build_attention_position(
+    name: PositionName, dim: int, heads: int, *, shaw_max_distance: int = 16
+) -> nn.Module:
+    """The per-layer attention scheme for a position name."""
+    check_choice("position scheme", name, POSITIONS)
+    head_dim = dim // heads
+    if name == "rotary":
+        return RotaryAttention(head_dim)
+    if name == "alibi":
+        return ALiBiAttention(heads)
+    if name == "shaw":
+        return ShawAttention(head_dim, shaw_max_distance)
+    if name == "xl":
+        return XLAttention(dim, heads)
+    return PlainAttention()

@@ -1,0 +1,115 @@
+"""Per-env memory of transformer policies, as explicit tensors.
+
+Two forms, both plain data (STYLE 7: no hidden ``self.memory`` in modules):
+
+* :class:`Memory` is what the learner receives: for each training sequence the
+  M layer inputs that precede it, per layer, with a validity mask. It is stored
+  once per training segment, never per step.
+* :class:`MemoryState` is what an acting loop carries: the same window plus a
+  key/value cache, laid out as a double ring buffer of 2M slots so that one
+  step writes O(1) slots and reads the last M steps, in time order, as a view.
+
+Ring layout: before step t the cursor c = t mod M and slots [c, c + M) hold
+steps t - M .. t - 1 in order. Step t is written to slots c and c + M; the next
+window [c + 1, c + 1 + M) then holds t - M + 1 .. t. No copy of the window is
+ever made while acting.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+class Memory(NamedTuple):
+    """Training-time memory of B sequences.
+
+    hidden: (Y, B, M, D) layer inputs of the M steps before the sequence (stop-gradient).
+    valid:  (B, M) bool, True where the slot holds a step of the sequence's current episode.
+    time:   (B,) long, steps since episode start of the sequence's first token (for absolute
+            position schemes; ignored by relative ones).
+    """
+
+    hidden: Tensor
+    valid: Tensor
+    time: Tensor
+
+    @staticmethod
+    def empty(layers: int, batch: int, size: int, dim: int, device=None, dtype=None) -> Memory:
+        """An all-invalid memory, as at the very start of training."""
+        return Memory(
+            hidden=torch.zeros(layers, batch, size, dim, device=device, dtype=dtype),
+            valid=torch.zeros(batch, size, dtype=torch.bool, device=device),
+            time=torch.zeros(batch, dtype=torch.long, device=device),
+        )
+
+    def index(self, idx: Tensor | slice) -> Memory:
+        """Select sequences by index along B."""
+        return Memory(self.hidden[:, idx], self.valid[idx], self.time[idx])
+
+
+class MemoryState(NamedTuple):
+    """Acting-time memory of N envs with a key/value cache (see the module docstring).
+
+    hidden: (Y, N, 2M, D) layer inputs;  keys, values: (Y, N, H, 2M, D/H) cache;
+    valid: (N, 2M) bool;  time: (N,) long steps since episode start;  cursor: t mod M.
+    """
+
+    hidden: Tensor
+    keys: Tensor
+    values: Tensor
+    valid: Tensor
+    time: Tensor
+    cursor: int
+
+    @staticmethod
+    def empty(
+        layers: int, envs: int, size: int, dim: int, heads: int, device=None, dtype=None
+    ) -> MemoryState:
+        """An all-invalid state for ``envs`` environments and a window of ``size`` steps."""
+        head_dim = dim // heads
+        kv_shape = (layers, envs, heads, 2 * size, head_dim)
+        return MemoryState(
+            hidden=torch.zeros(layers, envs, 2 * size, dim, device=device, dtype=dtype),
+            keys=torch.zeros(kv_shape, device=device, dtype=dtype),
+            values=torch.zeros(kv_shape, device=device, dtype=dtype),
+            valid=torch.zeros(envs, 2 * size, dtype=torch.bool, device=device),
+            time=torch.zeros(envs, dtype=torch.long, device=device),
+            cursor=0,
+        )
+
+    @property
+    def size(self) -> int:
+        """Window length M."""
+        return self.valid.shape[1] // 2
+
+    def window(self) -> slice:
+        """Slots holding the last M steps, oldest first."""
+        return slice(self.cursor, self.cursor + self.size)
+
+    def reset_where(self, done: Tensor) -> MemoryState:
+        """Forget everything of the envs where ``done`` (N,) is True (a new episode starts)."""
+        self.valid.masked_fill_(done.unsqueeze(1), False)
+        self.time.masked_fill_(done, 0)
+        return self
+
+    def to_memory(self) -> Memory:
+        """Copy the current window out as a training :class:`Memory` (one copy per segment)."""
+        w = self.window()
+        return Memory(self.hidden[:, :, w].clone(), self.valid[:, w].clone(), self.time.clone())
+
+    def write(self, layer: int, hidden: Tensor, key: Tensor, value: Tensor) -> None:
+        """Store one step of one layer: hidden (N, D), key/value (N, H, D/H), in both ring slots."""
+        for slot in (self.cursor, self.cursor + self.size):
+            self.hidden[layer, :, slot] = hidden
+            self.keys[layer, :, :, slot] = key
+            self.values[layer, :, :, slot] = value
+
+    def advance(self) -> MemoryState:
+        """Mark the step just written valid and move the cursor."""
+        for slot in (self.cursor, self.cursor + self.size):
+            self.valid[:, slot] = True
+        self.time.add_(1)
+        return self._replace(cursor=(self.cursor + 1) % self.size)

@@ -1,0 +1,197 @@
+"""TransformerStack invariants: causality, segment recurrence, cached acting, episode isolation."""
+
+import itertools
+
+import pytest
+import torch
+
+from rltrans.backbones.gtrxl import PRESETS, TransformerStack
+from rltrans.core.gates import GATES
+from rltrans.core.position import POSITIONS
+from rltrans.memory import Memory
+
+D, Y, H, M = 16, 2, 4, 6
+T = 14
+
+# Every position scheme with the GTrXL gate, and every gate with the xl scheme.
+COMBOS = sorted({(p, "gru") for p in POSITIONS} | {("xl", g) for g in GATES})
+
+
+def make(position="xl", gate="gru", norm="pre", memory=M, **kw):
+    torch.manual_seed(1)
+    stack = TransformerStack(D, Y, H, memory=memory, position=position, gate=gate, norm=norm, **kw)
+    for name, p in stack.named_parameters():  # make the relative terms non-trivial
+        if name.endswith((".u", ".v")):
+            torch.nn.init.normal_(p, std=0.5)
+    return stack.double().eval()
+
+
+def seq(batch=3, length=T):
+    return torch.randn(batch, length, D, dtype=torch.float64)
+
+
+def run_chunks(stack, x, chunk, starts=None, memory=None):
+    memory = memory if memory is not None else stack.empty_memory(x.shape[0], dtype=x.dtype)
+    outs = []
+    for c in range(0, x.shape[1], chunk):
+        s = None if starts is None else starts[:, c : c + chunk]
+        y, memory = stack(x[:, c : c + chunk], memory, starts=s)
+        outs.append(y)
+    return torch.cat(outs, 1), memory
+
+
+def run_steps(stack, x, starts=None):
+    state = stack.initial_state(x.shape[0], dtype=x.dtype)
+    outs = []
+    for t in range(x.shape[1]):
+        done = None if starts is None else starts[:, t]
+        y, state = stack.step(x[:, t], state, done)
+        outs.append(y)
+    return torch.stack(outs, 1), state
+
+
+@pytest.mark.parametrize(("position", "gate"), COMBOS)
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_causality(position, gate, norm):
+    stack = make(position, gate, norm)
+    x = seq()
+    y, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    x2 = x.clone()
+    x2[:, 9:] += torch.randn_like(x2[:, 9:])
+    y2, _ = stack(x2, stack.empty_memory(3, dtype=x.dtype))
+    torch.testing.assert_close(y[:, :9], y2[:, :9])
+    assert not torch.allclose(y[:, 9:], y2[:, 9:])
+
+
+@pytest.mark.parametrize(("position", "gate"), COMBOS)
+@pytest.mark.parametrize("chunk", [1, 4, 5])
+def test_chunked_with_memory_equals_whole_with_window(position, gate, chunk):
+    """Invariant 2: chunks of any length with memory M == the whole sequence with window M."""
+    stack = make(position, gate)
+    x = seq()
+    whole, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    chunked, _ = run_chunks(stack, x, chunk)
+    torch.testing.assert_close(chunked, whole)
+
+
+def test_window_really_limits_attention():
+    """A token M+1 steps back has no influence; one M steps back does."""
+    stack = make()
+    x = seq(length=M + 2)
+    y, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    far = x.clone()
+    far[:, 0] += torch.randn_like(far[:, 0])  # reaches M steps per layer
+    y_far, _ = stack(far, stack.empty_memory(3, dtype=x.dtype))
+    assert not torch.allclose(y[:, M], y_far[:, M])
+    single = make(memory=M)
+    single.blocks = single.blocks[:1]
+    y1, _ = single(x, Memory.empty(1, 3, M, D, dtype=x.dtype))
+    y1_far, _ = single(far, Memory.empty(1, 3, M, D, dtype=x.dtype))
+    torch.testing.assert_close(y1[:, M + 1], y1_far[:, M + 1])
+    assert not torch.allclose(y1[:, M], y1_far[:, M])
+
+
+@pytest.mark.parametrize(("position", "gate"), COMBOS)
+def test_cached_step_equals_recomputed_window(position, gate):
+    """Invariant 3: acting one step at a time with the key/value cache == recomputing."""
+    stack = make(position, gate)
+    x = seq()
+    whole, memory = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    stepped, state = run_steps(stack, x)
+    torch.testing.assert_close(stepped, whole)
+    # the acting window is exactly the training memory that follows the sequence
+    window = state.to_memory()
+    torch.testing.assert_close(window.hidden, memory.hidden)
+    assert torch.equal(window.valid, memory.valid)
+    assert torch.equal(window.time, memory.time)
+
+
+@pytest.mark.parametrize("position", ["xl", "rotary", "learned", "shaw"])
+def test_episode_isolation_in_training_and_acting(position):
+    """Invariant 4: after a reset nothing from the previous episode reaches the outputs."""
+    stack = make(position)
+    x = seq(batch=2)
+    starts = torch.zeros(2, T, dtype=torch.bool)
+    starts[0, 5] = True  # env 0 starts a new episode at step 5, env 1 at step 9
+    starts[1, 9] = True
+    fresh0, _ = stack(x[:1, 5:], stack.empty_memory(1, dtype=x.dtype))
+    fresh1, _ = stack(x[1:, 9:], stack.empty_memory(1, dtype=x.dtype))
+    for chunk in (3, T):
+        y, _ = run_chunks(stack, x, chunk, starts)
+        torch.testing.assert_close(y[0, 5:], fresh0[0])
+        torch.testing.assert_close(y[1, 9:], fresh1[0])
+    y_step, _ = run_steps(stack, x, starts)
+    torch.testing.assert_close(y_step[0, 5:], fresh0[0])
+    torch.testing.assert_close(y_step[1, 9:], fresh1[0])
+    # the other episode's earlier steps do see their memory
+    y_plain, _ = stack(x, stack.empty_memory(2, dtype=x.dtype))
+    assert not torch.allclose(y_plain[0, 5:], fresh0[0])
+
+
+def test_memory_after_segment_keeps_only_current_episode():
+    stack = make()
+    x = seq(batch=1, length=4)
+    starts = torch.tensor([[False, False, True, False]])
+    mem = Memory(
+        hidden=torch.randn(Y, 1, M, D, dtype=torch.float64),
+        valid=torch.ones(1, M, dtype=torch.bool),
+        time=torch.tensor([7]),
+    )
+    _, new = stack(x, mem, starts=starts)
+    assert new.valid.tolist() == [[False, False, False, False, True, True]]
+    assert new.time.tolist() == [2]
+
+
+def test_no_gradient_reaches_memory():
+    stack = make().float().train()
+    mem = stack.empty_memory(2)
+    mem = Memory(torch.randn_like(mem.hidden).requires_grad_(), mem.valid | True, mem.time)
+    x = torch.randn(2, 5, D, requires_grad=True)
+    y, new = stack(x, mem)
+    assert not new.hidden.requires_grad
+    y.sum().backward()
+    assert mem.hidden.grad is None
+    assert x.grad.abs().sum() > 0
+
+
+def test_gradients_stop_at_segment_boundary():
+    """A loss on segment 2 gives no gradient to segment 1's inputs."""
+    stack = make().float()
+    x1 = torch.randn(2, 5, D, requires_grad=True)
+    x2 = torch.randn(2, 5, D)
+    _, mem = stack(x1, stack.empty_memory(2))
+    y2, _ = stack(x2, mem)
+    y2.sum().backward()
+    assert x1.grad is None
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_build_and_run(name):
+    stack = TransformerStack.preset(name, D, Y, H, memory=M)
+    y, _ = stack(torch.randn(2, 3, D), stack.empty_memory(2))
+    assert y.shape == (2, 3, D) and torch.isfinite(y).all()
+    with pytest.raises(ValueError, match="unknown preset 'gpt'; valid choices: gtrxl, trxl"):
+        TransformerStack.preset("gpt", D, Y, H)
+
+
+def test_stack_without_memory_uses_key_padding_without_nan():
+    stack = make(position="learned", memory=0)
+    x = seq(batch=2, length=5)
+    pad = torch.tensor([[False, False, True, True, True], [True] * 5])  # left padding
+    y, mem = stack(x, key_padding=pad)
+    assert mem is None and torch.isfinite(y).all()
+    alone, _ = stack(x[:1, 2:], positions=torch.arange(2, 5).unsqueeze(0))
+    torch.testing.assert_close(y[0, 2:], alone[0])
+
+
+def test_sdpa_and_math_kernels_agree_on_the_stack():
+    for position, kernel_pair in itertools.product(["xl", "alibi", "rotary"], [("sdpa", "math")]):
+        a, b = (make(position, kernel=k) for k in kernel_pair)
+        b.load_state_dict(a.state_dict())
+        x = seq()
+        torch.testing.assert_close(run_chunks(a, x, 4)[0], run_chunks(b, x, 4)[0])
+
+
+def test_acting_needs_memory():
+    with pytest.raises(ValueError, match="memory >= 1"):
+        make(memory=0).initial_state(2)

@@ -1,0 +1,107 @@
+"""The attention kernel, masks and multi-head attention."""
+
+import math
+
+import pytest
+import torch
+
+from rltrans.core.attention import MultiHeadAttention, attend, sequence_mask
+from rltrans.core.position import POSITIONS, build_attention_position
+
+D, H = 16, 4
+
+
+def naive_attention(q, k, v, mask=None):
+    """Per-query loop of softmax(q.k / sqrt(head_dim)) v."""
+    b, h, length, e = q.shape
+    out = torch.zeros_like(q)
+    for bi in range(b):
+        for hi in range(h):
+            for i in range(length):
+                scores = torch.stack([q[bi, hi, i] @ k[bi, hi, j] for j in range(k.shape[2])])
+                scores = scores / math.sqrt(e)
+                if mask is not None:
+                    m = mask.expand(b, h, length, k.shape[2])[bi, hi, i]
+                    scores = scores.masked_fill(~m, float("-inf"))
+                out[bi, hi, i] = scores.softmax(0) @ v[bi, hi]
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "math"])
+def test_attend_matches_naive_loop_with_head_dim_scaling(kernel):
+    q = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    k, v = (torch.randn(2, 3, 7, 8, dtype=torch.float64) for _ in range(2))
+    mask = sequence_mask(5, 2)
+    got = attend(q, k, v, mask=mask, kernel=kernel)
+    torch.testing.assert_close(got, naive_attention(q, k, v, mask))
+
+
+def test_attend_sdpa_equals_math_with_bias_and_mask():
+    q, k, v = (torch.randn(2, 4, 6, 8, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(4, 6, 6, dtype=torch.float64)
+    mask = sequence_mask(6, 0)
+    a = attend(q, k, v, mask=mask, bias=bias, kernel="sdpa")
+    b = attend(q, k, v, mask=mask, bias=bias, kernel="math")
+    torch.testing.assert_close(a, b)
+
+
+def test_mha_without_position_equals_torch_multihead_attention():
+    """Same weights, same outputs as nn.MultiheadAttention: projections and 1/sqrt(head_dim)."""
+    ours = MultiHeadAttention(D, H, build_attention_position("none", D, H)).double()
+    ref = torch.nn.MultiheadAttention(D, H, batch_first=True).double()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        ref.out_proj.bias.copy_(ours.out_proj.bias)
+    x = torch.randn(3, 7, D, dtype=torch.float64)
+    causal = torch.triu(torch.ones(7, 7, dtype=torch.bool), 1)  # torch: True = masked
+    expected, _ = ref(x, x, x, attn_mask=causal, need_weights=False)
+    got, _ = ours(x, None, sequence_mask(7, 0))
+    torch.testing.assert_close(got, expected)
+
+
+def test_sequence_mask_rules():
+    starts = torch.tensor([[False, False, True, False]])
+    valid = torch.tensor([[False, True, True]])
+    m = sequence_mask(4, 3, window=3, memory_valid=valid, starts=starts)[0, 0]
+    expected = torch.tensor(
+        [
+            # mem0   mem1   mem2   cur0   cur1   cur2   cur3
+            [False, True, True, True, False, False, False],  # slot 0 invalid
+            [False, True, True, True, True, False, False],  # window 3: mem0 out of reach anyway
+            [False, False, False, False, False, True, False],  # new episode: only itself
+            [False, False, False, False, False, True, True],
+        ]
+    )
+    assert torch.equal(m, expected)
+
+
+def test_sequence_mask_never_fully_masks_a_row():
+    padding = torch.zeros(2, 5, dtype=torch.bool)  # every key is padding
+    m = sequence_mask(5, 0, key_padding=padding, memory_valid=None)
+    assert m.any(-1).all()
+    q = k = v = torch.randn(2, 1, 5, 4)
+    for kernel in ("sdpa", "math"):
+        assert torch.isfinite(attend(q, k, v, mask=m, kernel=kernel)).all()
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_no_nan_with_fully_invalid_memory(position):
+    attn = MultiHeadAttention(D, H, build_attention_position(position, D, H))
+    x, mem = torch.randn(2, 3, D), torch.randn(2, 5, D)
+    mask = sequence_mask(3, 5, memory_valid=torch.zeros(2, 5, dtype=torch.bool))
+    out, _ = attn(x, attn.project_kv(mem), mask)
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in attn.parameters() if p.grad is not None)
+
+
+def test_unknown_kernel_lists_valid_ones():
+    with pytest.raises(ValueError, match="unknown attention kernel 'flash3'.*sdpa, math"):
+        MultiHeadAttention(D, H, build_attention_position("none", D, H), kernel="flash3")
+
+
+def test_heads_must_divide_dim():
+    with pytest.raises(ValueError, match="divisible"):
+        MultiHeadAttention(10, 4, build_attention_position("none", 10, 4))
