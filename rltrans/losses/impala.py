@@ -1,0 +1,79 @@
+"""IMPALA actor-critic loss with V-trace targets as a pure function (Espeholt et al. 2018)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rltrans.losses.ppo import keep_valid, masked_mean
+from rltrans.returns import vtrace
+
+__all__ = ["impala_loss"]
+
+
+def impala_loss(
+    target_log_prob: Tensor,
+    behaviour_log_prob: Tensor,
+    entropy: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    rewards: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    *,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    pg_rho_bar: float | None = None,
+    lam: float = 1.0,
+    vf_coef: float = 0.5,
+    ent_coef: float = 0.01,
+    mask: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """IMPALA loss = policy + vf_coef * value - ent_coef * entropy; all inputs time-major (T, N).
+
+    ``target_log_prob`` and ``values`` come from the learner (with gradients), the behaviour
+    log-probs from the actors; ``next_values`` follows :func:`rltrans.returns.next_values_from`.
+    V-trace targets and advantages are stop-gradient (section 4.2), so the policy term is
+    -(rho_s A_s).detach() * log pi and the value term 0.5 (v_s - V(x_s))^2 moves V only.
+    ``mask`` (True = valid) drops steps from the means; masked steps must come after an
+    episode end (padding), because they still lie on the V-trace recursion of earlier steps.
+    Metrics: policy, value, entropy, rho_mean (unclipped pi/mu), rho_clipfrac (rho > rho_bar).
+    """
+    # Padding may hold garbage; neutralise it so it cannot overflow exp() or poison gradients.
+    target_log_prob = keep_valid(target_log_prob, mask)
+    log_rhos = keep_valid(target_log_prob.detach() - behaviour_log_prob, mask)
+    values = keep_valid(values, mask)
+    entropy = keep_valid(entropy, mask)
+
+    with torch.no_grad():
+        targets = vtrace(
+            log_rhos,
+            keep_valid(rewards, mask),
+            values.detach(),
+            keep_valid(next_values.detach(), mask),
+            terminated,
+            truncated,
+            gamma,
+            rho_bar=rho_bar,
+            c_bar=c_bar,
+            pg_rho_bar=pg_rho_bar,
+            lam=lam,
+        )
+
+    # Means instead of the paper's sums, so coefficients do not scale with T * N.
+    policy_loss = masked_mean(-targets.pg_advantages * target_log_prob, mask)
+    value_loss = 0.5 * masked_mean((targets.vs - values).pow(2), mask)
+    entropy_mean = masked_mean(entropy, mask)
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+
+    with torch.no_grad():
+        rhos = torch.exp(log_rhos)
+        metrics = {
+            "policy": policy_loss.detach(),
+            "value": value_loss.detach(),
+            "entropy": entropy_mean.detach(),
+            "rho_mean": masked_mean(rhos, mask),
+            "rho_clipfrac": masked_mean((rhos > rho_bar).to(rhos.dtype), mask),
+        }
+    return loss, metrics
