@@ -1,0 +1,573 @@
+"""Checkpoints: atomic save, safe load, rotation, RNG capture and compatibility checks.
+
+A checkpoint is a plain dict that `torch.load(weights_only=True)` can read back:
+tensors, state_dicts and Python containers of str/int/float/bool/None. Nothing
+is ever unpickled beyond that, so loading a downloaded checkpoint cannot run code.
+
+Example:
+    >>> manager = CheckpointManager("runs/x/checkpoints", keep_last=3)
+    >>> manager.save(step, {"model": model.state_dict(), "rng": rng_state()})
+    >>> payload = manager.load_latest()  # None on a fresh run
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import os
+import pickle
+import random
+import re
+import secrets
+import shutil
+import tempfile
+import warnings
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+# Bump when the payload layout changes incompatibly; load refuses newer versions.
+FORMAT_VERSION = 1
+
+_STEP_RE = re.compile(r"^step_(\d+)\.pt$")
+# Temp names embed the writer's pid so a cleanup never deletes a live writer's file.
+_TEMP_RE = re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")
+# Exact types that torch's weights_only unpickler accepts (checked against torch 2.x).
+_PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes, bytearray)
+_LEAF_TYPES = (*_PLAIN_TYPES, torch.dtype, torch.device, torch.Size)
+_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing parts, corrupt, unsafe or not an rltrans checkpoint."""
+
+
+class CheckpointVersionError(CheckpointError):
+    """A checkpoint was written by a newer, incompatible checkpoint format."""
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint was trained on a different setup (spaces, shapes) than the current run."""
+
+
+def _rltrans_version() -> str:
+    try:
+        return importlib.metadata.version("rltrans")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _fix_hint(value: Any) -> str:
+    """Say how to turn a value that weights_only refuses into one it accepts."""
+    module = type(value).__module__ or ""
+    if module.startswith("omegaconf"):
+        return "convert it with OmegaConf.to_container(cfg, resolve=True)"
+    if isinstance(value, np.ndarray):
+        return "convert it with torch.from_numpy(x) or x.tolist()"
+    if isinstance(value, np.generic):
+        return "convert it with float(x), int(x) or x.item()"
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return "convert the namedtuple with ._asdict()"
+    if isinstance(value, os.PathLike):
+        return "store str(path)"
+    if isinstance(value, torch.Tensor):
+        return "store a plain tensor (x.as_subclass(torch.Tensor))"
+    return "store tensors, state_dicts or plain str/int/float/bool/None containers"
+
+
+def _find_unsafe(value: Any, path: str, on_path: set[int], found: list[str]) -> None:
+    """Append 'path: problem' for every value below `value` that weights_only would refuse."""
+    kind = type(value)
+    if kind in _LEAF_TYPES or kind in _TENSOR_TYPES:
+        return
+    if kind not in (dict, OrderedDict, list, tuple, set):
+        found.append(f"{path}: {kind.__module__}.{kind.__qualname__} ({_fix_hint(value)})")
+        return
+    if id(value) in on_path:
+        found.append(f"{path}: refers to itself (cyclic container)")
+        return
+    on_path.add(id(value))
+    if kind in (dict, OrderedDict):
+        for key, item in value.items():
+            key_path = f"{path}[{key!r}]"
+            if type(key) not in _LEAF_TYPES and type(key) is not tuple:
+                found.append(f"{key_path}: key of type {type(key).__qualname__} ({_fix_hint(key)})")
+            _find_unsafe(item, key_path, on_path, found)
+    else:
+        for index, item in enumerate(value):
+            _find_unsafe(item, f"{path}[{index}]", on_path, found)
+    on_path.discard(id(value))
+
+
+def validate_payload(payload: dict[str, Any]) -> None:
+    """Raise TypeError naming each key path that `torch.load(weights_only=True)` would refuse."""
+    if not isinstance(payload, dict):
+        raise TypeError(f"checkpoint payload must be a dict, got {type(payload).__qualname__}")
+    found: list[str] = []
+    _find_unsafe(payload, "payload", set(), found)
+    if found:
+        shown = "\n  ".join(found[:10])
+        more = f"\n  ... and {len(found) - 10} more" if len(found) > 10 else ""
+        raise TypeError(
+            "checkpoint payload holds values that torch.load(weights_only=True) cannot read "
+            f"back:\n  {shown}{more}"
+        )
+
+
+# ----------------------------------------------------------------------------- atomic save
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is only durable once the directory entry is on disk (POSIX only).
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0 only checks existence
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # exists but is not ours, or we cannot tell: leave its files alone
+    return True
+
+
+def _remove_stale_temps(directory: Path) -> None:
+    """Delete temp files left by writers that were killed mid-save (their pid is gone)."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            match = _TEMP_RE.match(entry.name)
+            if match and not _pid_alive(int(match["pid"])):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+def _temp_name(directory: Path, target: str) -> Path:
+    return directory / f".{target}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
+    fd, temp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        # os.replace is atomic on POSIX and Windows: readers see the old or the new file.
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> None:
+    """Atomically write `payload` plus `format_version` and `rltrans_version` keys to `path`.
+
+    A crash or SIGKILL at any moment leaves either the previous file or the new
+    complete one. Raises TypeError naming the key path of anything that
+    `torch.load(weights_only=True)` could not read back.
+    """
+    path = Path(path)
+    validate_payload(payload)
+    full = {**payload, "format_version": FORMAT_VERSION, "rltrans_version": _rltrans_version()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, full)
+
+
+# ----------------------------------------------------------------------------- safe load
+
+
+def _missing_message(path: Path) -> str:
+    if not path.parent.is_dir():
+        return f"checkpoint {path} does not exist (directory {path.parent} does not exist either)"
+    found = sorted(p.name for p in path.parent.glob("*.pt"))
+    if not found:
+        return f"checkpoint {path} does not exist (no *.pt files in {path.parent})"
+    shown = ", ".join(found[-10:])
+    more = f" (newest 10 of {len(found)})" if len(found) > 10 else ""
+    return f"checkpoint {path} does not exist; checkpoints in {path.parent}{more}: {shown}"
+
+
+def verify_checkpoint_file(path: str | os.PathLike[str]) -> None:
+    """Cheap structural check (torch zip archive with a pickle record) without loading tensors.
+
+    Raises FileNotFoundError or CheckpointError. A truncated file fails here because
+    the zip central directory is written last.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(_missing_message(path))
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"{path} is a directory; pass a checkpoint file such as {path / 'last.pt'} "
+            f"or use CheckpointManager({str(path)!r}).load_latest()"
+        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except PermissionError:
+        raise  # unreadable is not corrupt
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise CheckpointError(
+            f"{path} is corrupt or truncated, or not an rltrans checkpoint "
+            f"(not a readable torch zip archive: {e})"
+        ) from e
+    if not any(name.endswith("/data.pkl") for name in names):
+        raise CheckpointError(f"{path} is a zip file but not an rltrans checkpoint (no data.pkl)")
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str], map_location: str | torch.device | None = "cpu"
+) -> dict[str, Any]:
+    """Load a checkpoint with `torch.load(weights_only=True)`; never unpickles arbitrary objects.
+
+    Raises FileNotFoundError (listing the checkpoints next to `path`), CheckpointError
+    for corrupt, truncated, unsafe or foreign files, and CheckpointVersionError for a
+    checkpoint written by a newer format.
+    """
+    path = Path(path)
+    verify_checkpoint_file(path)
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        unsafe = re.search(r"GLOBAL ([\w.]+)", str(e))
+        if unsafe:
+            raise CheckpointError(
+                f"refusing to load {path}: it contains a pickled object of type {unsafe[1]}, "
+                "which torch.load(weights_only=True) does not allow. rltrans never unpickles "
+                "arbitrary objects (that could run code); it is not an rltrans checkpoint."
+            ) from None
+        raise CheckpointError(f"{path} is corrupt (unreadable pickle data: {e})") from e
+    except PermissionError:
+        raise
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"{path} is corrupt or truncated ({first})") from e
+    if not isinstance(payload, dict) or "format_version" not in payload:
+        raise CheckpointError(
+            f"{path} is a torch file but not an rltrans checkpoint (no format_version field)"
+        )
+    version = payload["format_version"]
+    if not isinstance(version, int) or version < 1:
+        raise CheckpointError(f"{path} has an invalid format_version {version!r}")
+    if version > FORMAT_VERSION:
+        raise CheckpointVersionError(
+            f"{path} uses checkpoint format version {version} (written by rltrans "
+            f"{payload.get('rltrans_version', 'unknown')}); this rltrans ({_rltrans_version()}) "
+            f"reads versions up to {FORMAT_VERSION}. Upgrade rltrans to load it."
+        )
+    return payload
+
+
+# ----------------------------------------------------------------------------- rotation
+
+
+class CheckpointManager:
+    """Rotating checkpoints `step_{step:012d}.pt` plus `last.pt` in one directory.
+
+    `last.pt` is a hard link (a copy where links are unsupported) swapped in
+    atomically, so it is always a complete checkpoint. One writer per directory;
+    readers (e.g. an evaluator polling `latest()`) may run alongside it.
+
+    Example:
+        >>> manager = CheckpointManager(run_dir / "checkpoints", keep_last=3)
+        >>> manager.save(global_step, payload)
+        >>> resumed = manager.load_latest()
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], keep_last: int = 3) -> None:
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+        self._warned_future = False
+
+    @property
+    def last_path(self) -> Path:
+        """Path of the `last.pt` pointer file."""
+        return self.directory / "last.pt"
+
+    def step_path(self, step: int) -> Path:
+        """Path of the checkpoint file for `step`."""
+        return self.directory / f"step_{step:012d}.pt"
+
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        """All step checkpoints as (step, path), oldest step first."""
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for entry in os.scandir(self.directory):
+            match = _STEP_RE.match(entry.name)
+            if match:
+                found.append((int(match[1]), Path(entry.path)))
+        return sorted(found)
+
+    def save(self, step: int, payload: dict[str, Any]) -> Path:
+        """Write the step checkpoint, point `last.pt` at it, prune old ones; return its path."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(self.directory)
+        path = self.step_path(step)
+        save_checkpoint(path, payload)
+        self._point_last_at(path)
+        self._prune(keep=path, step=step)
+        return path
+
+    def _point_last_at(self, path: Path) -> None:
+        temp = _temp_name(self.directory, self.last_path.name)
+        try:
+            os.link(path, temp)
+        except OSError:
+            # Filesystems without hard links (some FUSE/SMB mounts): copy instead.
+            with open(path, "rb") as src, open(temp, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+                dst.flush()
+                os.fsync(dst.fileno())
+        try:
+            os.replace(temp, self.last_path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        _fsync_dir(self.directory)
+
+    def _prune(self, keep: Path, step: int) -> None:
+        existing = self.checkpoints()
+        newer = [p for s, p in existing if s > step]
+        if newer and not self._warned_future:
+            # Resuming from an older checkpoint leaves the abandoned later ones behind.
+            warnings.warn(
+                f"{self.directory} holds checkpoints from later steps than the one just saved "
+                f"({keep.name}), e.g. {newer[-1].name}; last.pt points at the new one",
+                stacklevel=3,
+            )
+            self._warned_future = True
+        # Keep the newest `keep_last` by step, and always the file just written.
+        for _, old in existing[: max(len(existing) - self.keep_last, 0)]:
+            if old != keep:
+                with contextlib.suppress(FileNotFoundError):
+                    old.unlink()
+
+    def _candidates(self) -> list[Path]:
+        # last.pt is the explicit pointer to the most recent save; step files are fallbacks.
+        step_files = [p for _, p in reversed(self.checkpoints())]
+        return [self.last_path, *step_files] if self.last_path.exists() else step_files
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint (`last.pt`, else the newest intact step file), or None."""
+        for candidate in self._candidates():
+            try:
+                verify_checkpoint_file(candidate)
+            except (CheckpointError, FileNotFoundError):
+                continue
+            return candidate
+        return None
+
+    def load_latest(self, map_location: str | torch.device | None = "cpu") -> dict[str, Any] | None:
+        """Load the newest loadable checkpoint (damaged ones skipped with a warning), or None."""
+        for candidate in self._candidates():
+            try:
+                return load_checkpoint(candidate, map_location=map_location)
+            except FileNotFoundError:
+                continue  # pruned by a concurrent writer between listing and loading
+            except CheckpointVersionError:
+                raise  # a newer format will not get better by falling back silently
+            except CheckpointError as e:
+                warnings.warn(f"skipping damaged checkpoint: {e}", stacklevel=2)
+        return None
+
+
+# ----------------------------------------------------------------------------- RNG state
+
+
+def rng_state() -> dict[str, Any]:
+    """Capture Python, NumPy (global), torch CPU and CUDA RNG states as weights_only-safe data."""
+    py_version, py_state, py_gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
+    state: dict[str, Any] = {
+        "python": {
+            "version": int(py_version),
+            "state": torch.tensor(py_state, dtype=torch.int64),
+            "gauss_next": None if py_gauss is None else float(py_gauss),
+        },
+        "numpy": {
+            "name": str(np_name),
+            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64).copy()),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "cached_gaussian": float(np_gauss),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Restore RNG states captured by `rng_state()`; missing parts are left untouched."""
+    if "python" in state:
+        py = state["python"]
+        py_state = tuple(int(x) for x in py["state"].tolist())
+        random.setstate((py["version"], py_state, py["gauss_next"]))
+    if "numpy" in state:
+        npd = state["numpy"]
+        keys = npd["keys"].numpy().astype(np.uint32)
+        np.random.set_state(
+            (npd["name"], keys, npd["pos"], npd["has_gauss"], npd["cached_gaussian"])
+        )
+    if "torch" in state:
+        torch.set_rng_state(state["torch"].cpu())
+    saved_cuda = state.get("cuda") or []
+    if saved_cuda:
+        if not torch.cuda.is_available():
+            warnings.warn("checkpoint holds CUDA RNG states but CUDA is unavailable", stacklevel=2)
+            return
+        count = torch.cuda.device_count()
+        if count != len(saved_cuda):
+            warnings.warn(
+                f"checkpoint holds {len(saved_cuda)} CUDA RNG states but {count} devices are "
+                f"visible; restoring the first {min(count, len(saved_cuda))}",
+                stacklevel=2,
+            )
+        for device, cuda_state in enumerate(saved_cuda[:count]):
+            torch.cuda.set_rng_state(cuda_state.cpu(), device)
+
+
+# ----------------------------------------------------------------------------- compatibility
+
+
+def _bound_summary(values: np.ndarray) -> float | int | dict[str, Any]:
+    """One number when a Box bound is uniform, else min/max plus a digest of the exact values."""
+    flat = np.asarray(values).reshape(-1)
+    cast = int if np.issubdtype(flat.dtype, np.integer) else float
+    if flat.size == 0:
+        return {"min": None, "max": None, "digest": ""}
+    if np.all(flat == flat[0]):
+        return cast(flat[0])
+    digest = hashlib.sha1(np.ascontiguousarray(flat, dtype=np.float64).tobytes()).hexdigest()
+    return {"min": cast(flat.min()), "max": cast(flat.max()), "digest": digest[:12]}
+
+
+def space_to_dict(space: gym.Space) -> dict[str, Any]:
+    """Describe a Gymnasium space as a plain dict that checkpoints and JSON can hold."""
+    spaces = gym.spaces
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": _bound_summary(space.low),
+            "high": _bound_summary(space.high),
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": np.asarray(space.nvec).tolist(),
+            "start": np.asarray(space.start).tolist(),
+            "dtype": str(space.dtype),
+        }
+    if isinstance(space, spaces.MultiBinary):
+        n = space.n
+        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else list(np.asarray(n))}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "spaces": {str(k): space_to_dict(v) for k, v in space.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_dict(s) for s in space.spaces]}
+    # Text, Sequence, Graph, OneOf and custom spaces: their repr is the best stable description.
+    return {"type": type(space).__name__, "repr": repr(space)}
+
+
+def _format_bound(bound: Any) -> str:
+    if isinstance(bound, dict):
+        return f"[{bound['min']}..{bound['max']}]"
+    return str(bound)
+
+
+def describe(value: Any) -> str:
+    """Short human-readable text for a `space_to_dict` description (or any value)."""
+    if not (isinstance(value, dict) and "type" in value):
+        text = repr(value)
+        return text if len(text) <= 300 else text[:297] + "..."
+    kind = value["type"]
+    if kind == "Box":
+        shape = tuple(value["shape"])
+        low, high = _format_bound(value["low"]), _format_bound(value["high"])
+        return f"Box({low}, {high}, {shape}, {value['dtype']})"
+    if kind == "Discrete":
+        start = f", start={value['start']}" if value.get("start") else ""
+        return f"Discrete({value['n']}{start})"
+    if kind == "MultiDiscrete":
+        return f"MultiDiscrete({value['nvec']})"
+    if kind == "MultiBinary":
+        return f"MultiBinary({value['n']})"
+    if kind == "Dict":
+        inner = ", ".join(f"{k!r}: {describe(v)}" for k, v in value["spaces"].items())
+        return f"Dict({inner})"
+    if kind == "Tuple":
+        return f"Tuple({', '.join(describe(v) for v in value['spaces'])})"
+    return str(value.get("repr", kind))
+
+
+def _differences(saved: Any, current: Any, path: str, out: list[str]) -> None:
+    """Collect key paths where two plain descriptions differ (list and tuple compare equal)."""
+    saved, current = (x.tolist() if hasattr(x, "tolist") else x for x in (saved, current))
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for key in {**saved, **current}:
+            sub = f"{path}.{key}" if path else str(key)
+            if key in saved and key in current:
+                _differences(saved[key], current[key], sub, out)
+            else:
+                out.append(sub)
+    elif (
+        isinstance(saved, list | tuple)
+        and isinstance(current, list | tuple)
+        and len(saved) == len(current)
+    ):
+        for i, (a, b) in enumerate(zip(saved, current, strict=True)):
+            _differences(a, b, f"{path}[{i}]", out)
+    # bool == int in Python; True and 1 are different descriptions, 4 and 4.0 are not.
+    elif not (saved == current and isinstance(saved, bool) == isinstance(current, bool)):
+        out.append(path or "<value>")
+
+
+def check_compatible(
+    saved: Any, current: Any, what: str, *, current_label: str = "the current run"
+) -> None:
+    """Raise CheckpointMismatchError showing both values when `saved` and `current` differ.
+
+    Example:
+        >>> check_compatible(ckpt["obs_space"], space_to_dict(env.single_observation_space),
+        ...                  "observation space", current_label="the env")
+    """
+    diffs: list[str] = []
+    _differences(saved, current, "", diffs)
+    if not diffs:
+        return
+    where = ", ".join(diffs[:8]) + (" ..." if len(diffs) > 8 else "")
+    raise CheckpointMismatchError(
+        f"checkpoint was trained on {what} {describe(saved)} but {current_label} has "
+        f"{describe(current)} (differs in: {where})"
+    )

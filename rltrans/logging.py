@@ -1,0 +1,423 @@
+"""Run logging: TensorBoard scalars under stable names, episode statistics, progress, summary.
+
+Metric names follow CleanRL (STYLE.md item 11) and are written verbatim:
+`charts/episodic_return`, `losses/policy`, `perf/env_ms`, ...
+
+Example:
+    >>> with MetricLogger(run_dir) as logger, ProgressBar(total_steps, "train") as bar:
+    ...     finished = tracker.update(info)
+    ...     logger.log(step, {**tracker.metrics(), **prefixed(LOSSES, loss_metrics)})
+    ...     bar.update(num_envs, ret=tracker.mean_return)
+    >>> print_summary({"global_step": step, **logger.summary()})
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+# Standard prefixes and names (STYLE.md item 11).
+CHARTS = "charts/"
+LOSSES = "losses/"
+PERF = "perf/"
+EPISODIC_RETURN = "charts/episodic_return"
+EPISODIC_LENGTH = "charts/episodic_length"
+SUCCESS_RATE = "charts/success_rate"
+SPS = "charts/SPS"
+LEARNING_RATE = "charts/learning_rate"
+
+Scalar = float | int | bool | np.generic | np.ndarray | torch.Tensor
+
+
+def prefixed(prefix: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Prefix every key: `prefixed(LOSSES, {"policy": x})` -> `{"losses/policy": x}`."""
+    head = prefix if prefix.endswith("/") else prefix + "/"
+    return {head + name: value for name, value in metrics.items()}
+
+
+def _floats(metrics: Mapping[str, Scalar | None]) -> dict[str, float]:
+    """Metric values as Python floats with one host sync per device for all tensor values."""
+    out: dict[str, float] = {}
+    tensors: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not name or name.startswith("/"):
+            raise ValueError(f"metric name must be a non-empty str like 'losses/policy': {name!r}")
+        if value is None:
+            continue  # e.g. a mean return before the first episode ends
+        if isinstance(value, torch.Tensor | np.ndarray):
+            size = value.numel() if isinstance(value, torch.Tensor) else value.size
+            if size != 1:
+                raise ValueError(
+                    f"metric {name!r} has shape {tuple(value.shape)}; log a scalar "
+                    "(e.g. .mean()) or use log_histogram"
+                )
+        if isinstance(value, torch.Tensor):
+            tensors.setdefault(value.device, []).append((name, value))
+        elif isinstance(value, np.ndarray | np.generic):
+            out[name] = float(value.item())
+        else:
+            out[name] = float(value)
+    for device, group in tensors.items():
+        # Stacking first turns N .item() syncs into one device-to-host copy.
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+        stacked = torch.stack([t.detach().reshape(()).to(dtype) for _, t in group])
+        out.update(zip((name for name, _ in group), stacked.tolist(), strict=True))
+    return {name: out[name] for name in metrics if name in out}
+
+
+class MetricLogger:
+    """TensorBoard scalars and histograms in `run_dir/tb`, plus the latest value of each metric.
+
+    Example:
+        >>> with MetricLogger("runs/x") as logger:
+        ...     logger.log(step, {"losses/policy": loss.detach(), "perf/env_ms": 3.2})
+        ...     final = logger.summary()  # {"losses/policy": ..., "perf/env_ms": 3.2}
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, use_tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self._writer: Any = None
+        if use_tensorboard:
+            # Imported here: tensorboard takes about a second to import and is optional at runtime.
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.run_dir / "tb"))
+        self._latest: dict[str, float] = {}
+        self._last_step: dict[str, int] = {}
+        self._closed = False
+
+    @property
+    def tb_dir(self) -> Path:
+        """Directory holding the TensorBoard event files."""
+        return self.run_dir / "tb"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("MetricLogger is closed; create a new one to keep logging")
+
+    def log(self, step: int, metrics: Mapping[str, Scalar | None]) -> None:
+        """Write scalars at `step`; 0-d tensors are fetched together, None values are skipped."""
+        self._check_open()
+        values = _floats(metrics)
+        if self._writer is not None:
+            for name, value in values.items():
+                self._writer.add_scalar(name, value, global_step=step)
+        self._latest.update(values)
+        self._last_step.update(dict.fromkeys(values, step))
+
+    def log_histogram(self, step: int, name: str, values: Any) -> None:
+        """Write a histogram of `values` (non-finite entries dropped; empty input skipped)."""
+        self._check_open()
+        flat = torch.as_tensor(
+            np.asarray(values) if not isinstance(values, torch.Tensor) else values
+        )
+        flat = flat.detach().reshape(-1).to("cpu", torch.float64)
+        flat = flat[torch.isfinite(flat)]  # TensorBoard's histogram rejects NaN/inf
+        if self._writer is not None and flat.numel() > 0:
+            self._writer.add_histogram(name, flat.numpy(), global_step=step)
+
+    def summary(self) -> dict[str, float]:
+        """Latest value of every metric logged so far, in first-logged order."""
+        return dict(self._latest)
+
+    def last_step(self, name: str) -> int | None:
+        """Step at which `name` was last logged, or None if never."""
+        return self._last_step.get(name)
+
+    def flush(self) -> None:
+        """Push pending events to disk."""
+        if self._writer is not None and not self._closed:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file; safe to call twice."""
+        if not self._closed and self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+        self._closed = True
+
+    def __enter__(self) -> MetricLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------- episodes
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One finished episode reported by a vector env."""
+
+    env_index: int
+    ret: float
+    length: int
+    success: bool | None
+
+
+def _host_arrays(values: list[Any]) -> list[np.ndarray | None]:
+    """NumPy copies of arrays/tensors, with one device-to-host copy per device for tensors."""
+    out: list[np.ndarray | None] = [
+        None if v is None or isinstance(v, torch.Tensor) else np.asarray(v) for v in values
+    ]
+    by_device: dict[torch.device, list[int]] = {}
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            by_device.setdefault(v.device, []).append(i)
+    for device, indices in by_device.items():
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+        flat = torch.cat([values[i].detach().reshape(-1).to(dtype) for i in indices]).cpu()
+        for i, chunk in zip(indices, flat.split([values[i].numel() for i in indices]), strict=True):
+            out[i] = chunk.numpy().reshape(tuple(values[i].shape))
+    return out
+
+
+class EpisodeTracker:
+    """Collects finished episodes from vector env infos and keeps means over the last `window`.
+
+    Reads Gymnasium's `RecordEpisodeStatistics` layout: `info["episode"]["r"|"l"]`
+    with mask `info["_episode"]`, and optional success flags `info[success_key]`
+    with mask `info["_" + success_key]` (under `info["final_info"]` for
+    same-step autoreset). Values may be NumPy arrays or torch tensors.
+
+    Example:
+        >>> tracker = EpisodeTracker(window=100)
+        >>> obs, reward, term, trunc, info = envs.step(action)
+        >>> for episode in tracker.update(info): print(episode.ret)
+    """
+
+    def __init__(self, window: int = 100, *, success_key: str = "success") -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.window = window
+        self.success_key = success_key
+        self._returns: deque[float] = deque(maxlen=window)
+        self._lengths: deque[int] = deque(maxlen=window)
+        self._successes: deque[bool] = deque(maxlen=window)
+        self.episodes_seen = 0
+
+    def _success_source(self, info: Mapping[str, Any]) -> tuple[Any, Any]:
+        key, mask_key = self.success_key, "_" + self.success_key
+        final = info.get("final_info")
+        if isinstance(final, Mapping) and key in final:
+            # Same-step autoreset: top-level info already belongs to the new episode.
+            return final[key], final.get(mask_key, info.get("_final_info"))
+        return info.get(key), info.get(mask_key)
+
+    def update(self, info: Mapping[str, Any]) -> list[Episode]:
+        """Record the episodes that finished in this step's `info`; return them."""
+        stats = info.get("episode")
+        if stats is None:
+            return []
+        success, success_mask = self._success_source(info)
+        mask, rets, lens, success, success_mask = _host_arrays(
+            [info.get("_episode"), stats["r"], stats["l"], success, success_mask]
+        )
+        rets, lens = np.atleast_1d(rets), np.atleast_1d(lens)
+        if mask is None:
+            if rets.size != 1:
+                raise ValueError(
+                    "info['episode'] holds per-env arrays but info has no '_episode' mask; "
+                    "wrap the vector env in gymnasium.wrappers.vector.RecordEpisodeStatistics"
+                )
+            mask = np.ones(1, dtype=bool)
+        mask = np.atleast_1d(mask).astype(bool)
+        if success is not None:
+            success = np.atleast_1d(success).astype(bool)
+            valid = np.ones_like(success) if success_mask is None else success_mask
+            success_mask = np.atleast_1d(valid).astype(bool)
+        finished = []
+        for i in np.flatnonzero(mask):
+            flag = bool(success[i]) if success is not None and success_mask[i] else None
+            episode = Episode(int(i), float(rets[i]), round(float(lens[i])), flag)
+            finished.append(episode)
+            self._returns.append(episode.ret)
+            self._lengths.append(episode.length)
+            if flag is not None:
+                self._successes.append(flag)
+        self.episodes_seen += len(finished)
+        return finished
+
+    @property
+    def mean_return(self) -> float | None:
+        """Mean return over the last `window` episodes, or None before the first one."""
+        return float(np.mean(self._returns)) if self._returns else None
+
+    @property
+    def mean_length(self) -> float | None:
+        """Mean length over the last `window` episodes, or None before the first one."""
+        return float(np.mean(self._lengths)) if self._lengths else None
+
+    @property
+    def success_rate(self) -> float | None:
+        """Fraction of recent episodes that reported success, or None if none reported it."""
+        return float(np.mean(self._successes)) if self._successes else None
+
+    def metrics(self) -> dict[str, float]:
+        """Window means under the standard chart names, for the metrics seen so far."""
+        values = {
+            EPISODIC_RETURN: self.mean_return,
+            EPISODIC_LENGTH: self.mean_length,
+            SUCCESS_RATE: self.success_rate,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, torch.Tensor | np.ndarray | np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def _format_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class ProgressBar:
+    """tqdm bar on a terminal; elsewhere (CI, cluster logs) a compact line every `every_s` seconds.
+
+    The bar is off when stderr is not a TTY or `RLTRANS_NO_PROGRESS=1`; then a line
+    such as `train: 40.0k/1.0M step (4%) | 1.2k SPS | 0:00:33 elapsed | eta 0:13:20
+    | ret=12.5` goes to stderr every `every_s` seconds (env `RLTRANS_PROGRESS_EVERY_S`
+    overrides the default) and once on close.
+
+    Example:
+        >>> with ProgressBar(total_steps, "train") as bar:
+        ...     bar.update(num_envs, ret=tracker.mean_return)
+    """
+
+    def __init__(
+        self,
+        total: int | None,
+        desc: str = "",
+        unit: str = "step",
+        *,
+        every_s: float | None = None,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.total, self.desc, self.unit = total, desc, unit
+        self.n = 0
+        self._stream = stream if stream is not None else sys.stderr
+        if every_s is None:
+            every_s = float(os.environ.get("RLTRANS_PROGRESS_EVERY_S", "30"))
+        self.every_s = every_s
+        no_progress = os.environ.get("RLTRANS_NO_PROGRESS", "") not in ("", "0")
+        isatty = getattr(self._stream, "isatty", None)
+        # tqdm writes to stderr, so stdout redirection (e.g. `> summary.json`) keeps the bar.
+        self.interactive = not no_progress and callable(isatty) and bool(isatty())
+        self._bar = tqdm(
+            total=total,
+            desc=desc,
+            unit=unit,
+            unit_scale=True,
+            dynamic_ncols=True,
+            file=self._stream,
+            disable=not self.interactive,
+        )
+        self._postfix: dict[str, str] = {}
+        self._start = self._last_time = time.monotonic()
+        self._last_n = 0
+        self._closed = False
+
+    @property
+    def sps(self) -> float:
+        """Average units per second since the bar was created."""
+        return self.n / max(time.monotonic() - self._start, 1e-9)
+
+    def update(self, n: int = 1, **postfix: Any) -> None:
+        """Advance by `n` units and show `postfix` values (e.g. `ret=tracker.mean_return`)."""
+        self.n += n
+        if postfix:
+            self._postfix.update({k: _format_value(v) for k, v in postfix.items()})
+        if self.interactive:
+            if postfix:
+                self._bar.set_postfix(self._postfix, refresh=False)
+            self._bar.update(n)
+        elif time.monotonic() - self._last_time >= self.every_s:
+            self._print_line()
+
+    def _print_line(self) -> None:
+        now = time.monotonic()
+        recent = (self.n - self._last_n) / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_n = now, self.n
+        fmt = tqdm.format_sizeof
+        parts = [f"{self.desc}: " if self.desc else ""]
+        if self.total:
+            parts[0] += f"{fmt(self.n)}/{fmt(self.total)} {self.unit} "
+            parts[0] += f"({100 * self.n / self.total:.0f}%)"
+        else:
+            parts[0] += f"{fmt(self.n)} {self.unit}"
+        parts.append(f"{fmt(recent)} SPS")
+        parts.append(f"{_format_duration(now - self._start)} elapsed")
+        if self.total and self.n:
+            eta = (self.total - self.n) / max(self.sps, 1e-9)
+            parts.append(f"eta {_format_duration(max(eta, 0.0))}")
+        parts.extend(f"{k}={v}" for k, v in self._postfix.items())
+        print(" | ".join(parts), file=self._stream, flush=True)
+
+    def close(self) -> None:
+        """Finish the bar (or print a final progress line); safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.interactive:
+            self._bar.close()
+        else:
+            self._print_line()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def _json_safe(value: Any) -> Any:
+    """Plain JSON values: NaN/inf -> None, tensors and arrays -> numbers or lists."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        value = value.item() if value.numel() == 1 and value.dim() == 0 else value.tolist()
+    elif isinstance(value, np.ndarray | np.generic):
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def print_summary(summary: Mapping[str, Any], *, file: TextIO | None = None) -> None:
+    """Print `summary` as one line of JSON on stdout (non-finite floats become null) and flush."""
+    line = json.dumps(_json_safe(summary), allow_nan=False, default=str)
+    stream = file if file is not None else sys.stdout
+    print(line, file=stream, flush=True)

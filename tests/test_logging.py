@@ -1,0 +1,217 @@
+"""Run logging: TensorBoard events read back, summaries, episode tracking, progress, JSON line."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rltrans.logging import (
+    EPISODIC_RETURN,
+    LOSSES,
+    PERF,
+    EpisodeTracker,
+    MetricLogger,
+    ProgressBar,
+    prefixed,
+    print_summary,
+)
+
+
+def _read_events(tb_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], list[str]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0, "histograms": 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()
+    scalars = {
+        tag: [(event.step, event.value) for event in accumulator.Scalars(tag)]
+        for tag in tags["scalars"]
+    }
+    return scalars, tags["histograms"]
+
+
+def test_events_are_written_and_read_back(tmp_path: Path) -> None:
+    with MetricLogger(tmp_path) as logger:
+        logger.log(
+            100,
+            {
+                "charts/episodic_return": 12.5,
+                **prefixed(LOSSES, {"policy": torch.tensor(-0.25), "value": torch.tensor(3)}),
+                "perf/env_ms": np.float32(1.5),
+            },
+        )
+        logger.log(200, {"charts/episodic_return": torch.tensor(20.0), "losses/policy": 0.5})
+        logger.log_histogram(200, "charts/returns", np.array([1.0, 2.0, np.nan, 4.0]))
+    scalars, histograms = _read_events(tmp_path / "tb")
+    assert scalars["charts/episodic_return"] == [(100, 12.5), (200, 20.0)]
+    assert scalars["losses/policy"] == [(100, -0.25), (200, 0.5)]
+    assert scalars["losses/value"] == [(100, 3.0)]
+    assert scalars["perf/env_ms"] == [(100, 1.5)]
+    assert histograms == ["charts/returns"]
+
+
+def test_summary_holds_the_latest_value_of_every_metric(tmp_path: Path) -> None:
+    logger = MetricLogger(tmp_path, use_tensorboard=False)
+    logger.log(1, {"losses/policy": torch.tensor(1.0), "perf/env_ms": 2.0})
+    logger.log(2, {"losses/policy": torch.tensor(0.5), EPISODIC_RETURN: None})
+    assert logger.summary() == {"losses/policy": 0.5, "perf/env_ms": 2.0}
+    assert logger.last_step("losses/policy") == 2
+    assert logger.last_step("perf/env_ms") == 1
+    assert not (tmp_path / "tb").exists()
+    logger.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        logger.log(3, {"losses/policy": 0.0})
+
+
+def test_log_rejects_non_scalar_tensors_and_bad_names(tmp_path: Path) -> None:
+    logger = MetricLogger(tmp_path, use_tensorboard=False)
+    with pytest.raises(ValueError, match=r"'losses/policy' has shape \(3,\)"):
+        logger.log(0, {"losses/policy": torch.zeros(3)})
+    with pytest.raises(ValueError, match="metric name"):
+        logger.log(0, {"": 1.0})
+    assert prefixed("perf", {"env_ms": 1}) == {"perf/env_ms": 1}
+    assert prefixed(PERF, {"env_ms": 1}) == {"perf/env_ms": 1}
+
+
+def _vector_info(
+    done: list[bool], returns: list[float], lengths: list[int], as_torch: bool
+) -> dict[str, object]:
+    convert = torch.tensor if as_torch else np.array
+    return {
+        "episode": {
+            "r": convert(np.where(done, returns, 0.0)),
+            "l": convert(np.where(done, lengths, 0)),
+            "t": convert(np.zeros(len(done))),
+        },
+        "_episode": convert(np.array(done)),
+    }
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_episode_tracker_respects_masks(as_torch: bool) -> None:
+    tracker = EpisodeTracker(window=3)
+    assert tracker.mean_return is None and tracker.success_rate is None
+    assert tracker.update({}) == []
+    finished = tracker.update(
+        _vector_info([True, False, True], [1.0, 99.0, 3.0], [10, 7, 30], as_torch)
+    )
+    assert [(e.env_index, e.ret, e.length, e.success) for e in finished] == [
+        (0, 1.0, 10, None),
+        (2, 3.0, 30, None),
+    ]
+    assert tracker.mean_return == 2.0 and tracker.mean_length == 20.0
+    assert tracker.success_rate is None, "no env reported success"
+    # Two more episodes push the first one out of the window of 3.
+    tracker.update(_vector_info([False, True, True], [0.0, 5.0, 7.0], [0, 50, 70], as_torch))
+    assert tracker.mean_return == pytest.approx((3.0 + 5.0 + 7.0) / 3)
+    assert tracker.episodes_seen == 4
+    assert tracker.metrics()[EPISODIC_RETURN] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_episode_tracker_success_flags_and_masks(as_torch: bool) -> None:
+    convert = torch.tensor if as_torch else np.array
+    tracker = EpisodeTracker()
+    info = _vector_info([True, True, True, False], [1.0, 2.0, 3.0, 4.0], [1, 2, 3, 4], as_torch)
+    # env 1 finished without reporting success; env 3 reported success but did not finish.
+    info["success"] = convert(np.array([True, True, False, True]))
+    info["_success"] = convert(np.array([True, False, True, True]))
+    finished = tracker.update(info)
+    assert [e.success for e in finished] == [True, None, False]
+    assert tracker.success_rate == 0.5
+    assert tracker.metrics()["charts/success_rate"] == 0.5
+
+
+def test_episode_tracker_reads_same_step_final_info() -> None:
+    tracker = EpisodeTracker()
+    info = _vector_info([False, True], [0.0, 9.0], [0, 9], as_torch=False)
+    info["final_info"] = {"success": np.array([False, True]), "_success": np.array([False, True])}
+    info["_final_info"] = np.array([False, True])
+    info["success"] = np.array([False, False])  # belongs to the freshly reset episode
+    info["_success"] = np.array([False, True])
+    (episode,) = tracker.update(info)
+    assert episode.env_index == 1 and episode.success is True
+
+
+def test_episode_tracker_requires_the_mask_for_vector_infos() -> None:
+    tracker = EpisodeTracker()
+    with pytest.raises(ValueError, match="_episode"):
+        tracker.update({"episode": {"r": np.array([1.0, 2.0]), "l": np.array([1, 2])}})
+    # A single env's info (scalars, no mask) is one finished episode.
+    (episode,) = tracker.update({"episode": {"r": 4.0, "l": 2}})
+    assert (episode.ret, episode.length) == (4.0, 2)
+
+
+def test_print_summary_is_one_valid_json_line(capsys: pytest.CaptureFixture[str]) -> None:
+    print_summary(
+        {
+            "mean_return": np.float32(1.5),
+            "loss": float("nan"),
+            "best": math.inf,
+            "steps": torch.tensor(7),
+            "returns": np.array([1.0, -np.inf]),
+            "note": "two\nlines",
+            "path": Path("runs/x"),
+        }
+    )
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and out.count("\n") == 1
+    assert json.loads(out) == {
+        "mean_return": 1.5,
+        "loss": None,
+        "best": None,
+        "steps": 7,
+        "returns": [1.0, None],
+        "note": "two\nlines",
+        "path": "runs/x",
+    }
+
+
+def test_progress_bar_prints_lines_when_not_a_tty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
+    stream = io.StringIO()  # not a TTY
+    with ProgressBar(1000, "train", every_s=0.0, stream=stream) as bar:
+        assert not bar.interactive
+        bar.update(250, ret=12.345678)
+        bar.update(250, ret=None)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3, lines  # one per update (every_s=0) plus the final line on close
+    assert lines[0].startswith("train: 250/1.00k step (25%)")
+    assert "SPS" in lines[0] and "ret=12.35" in lines[0]
+    assert "(50%)" in lines[1] and "ret=-" in lines[1]
+    assert "elapsed" in lines[-1] and "eta" in lines[-1]
+
+
+def test_progress_bar_is_quiet_between_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
+    stream = io.StringIO()
+    bar = ProgressBar(None, "collect", unit="episode", every_s=3600.0, stream=stream)
+    for _ in range(50):
+        bar.update(1)
+    assert stream.getvalue() == ""
+    bar.close()
+    bar.close()
+    (line,) = stream.getvalue().splitlines()
+    assert line.startswith("collect: 50.0 episode")
+
+
+def test_progress_bar_env_var_disables_the_tty_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeTTY(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("RLTRANS_NO_PROGRESS", "1")
+    with ProgressBar(10, "train", every_s=0.0, stream=FakeTTY()) as bar:
+        assert not bar.interactive
+    monkeypatch.setenv("RLTRANS_NO_PROGRESS", "0")
+    stream = FakeTTY()
+    with ProgressBar(10, "train", stream=stream) as bar:
+        assert bar.interactive
+        bar.update(10, ret=1.0)
+    assert "ret=1" in stream.getvalue() and "100%" in stream.getvalue()
