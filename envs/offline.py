@@ -1,0 +1,140 @@
+"""The episode container shared by every offline data reader (Minari, DQN Replay).
+
+An `Episode` holds the T observations at which actions were taken, the T actions and
+rewards, and how it ended. `OfflineDataset` is a list of episodes plus the spaces and the
+evaluation environment. Readers keep arrays as views where they can: a DQN Replay
+checkpoint is 7 GB of uint8 frames, and its episodes are slices of that one array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.registration import EnvSpec
+
+__all__ = ["Episode", "OfflineDataset", "make_eval_env_fn"]
+
+
+@dataclass
+class Episode:
+    """One episode: T steps of (observation, action, reward) and how it ended.
+
+    Example:
+        >>> ep = Episode(np.zeros((3, 4)), np.zeros(3, np.int64), np.ones(3), terminated=True)
+        >>> len(ep), ep.episode_return
+        (3, 3.0)
+    """
+
+    observations: (
+        np.ndarray
+    )  # (T, *obs_shape): obs at which each action was taken, not the final one
+    actions: np.ndarray  # (T, *action_shape)
+    rewards: np.ndarray  # (T,) float32
+    terminated: bool = False  # the episode ended in a terminal state (no bootstrap)
+    truncated: bool = False  # cut by a time limit or by the end of the data (bootstrap)
+    final_observation: np.ndarray | None = None  # (*obs_shape) obs after the last action, if known
+
+    def __post_init__(self) -> None:
+        # np.asarray never copies an array that already has the right dtype, so uint8 frames
+        # and slices of a large checkpoint stay views.
+        self.observations = np.asarray(self.observations)
+        self.actions = np.asarray(self.actions)
+        self.rewards = np.asarray(self.rewards, dtype=np.float32)
+        self.terminated = bool(self.terminated)
+        self.truncated = bool(self.truncated)
+        t = len(self.rewards)
+        if self.rewards.ndim != 1 or len(self.observations) != t or len(self.actions) != t:
+            raise ValueError(
+                f"Episode arrays disagree on length: observations {self.observations.shape}, "
+                f"actions {self.actions.shape}, rewards {self.rewards.shape} (want T, T, (T,))"
+            )
+
+    def __len__(self) -> int:
+        """Number of steps T."""
+        return len(self.rewards)
+
+    @property
+    def episode_return(self) -> float:
+        """Undiscounted sum of rewards (summed in float64)."""
+        return float(self.rewards.sum(dtype=np.float64))
+
+
+@dataclass
+class OfflineDataset:
+    """Episodes plus what is needed to train on them and evaluate in an environment.
+
+    `observation_space` describes one row of `Episode.observations`. When `frame_stack` > 1
+    (Atari), a policy sees the last `frame_stack` rows stacked, built at sampling time with
+    `envs.dqn_replay.stack_frames`, and the evaluation env produces such stacks itself.
+    `env_spec` is the evaluation environment: `gym.make(env_spec)` or
+    `gym.make_vec(env_spec, n, vectorization_mode="sync")`, or `make_eval_env_fn(dataset)`.
+
+    Example:
+        >>> ds = load_minari("rltrans/cartpole-random-v0")  # doctest: +SKIP
+        >>> ds.num_steps, ds.returns().mean(), ds.env_id  # doctest: +SKIP
+    """
+
+    episodes: list[Episode]
+    observation_space: gym.Space
+    action_space: gym.Space
+    name: str = ""
+    env_spec: EnvSpec | None = None
+    frame_stack: int = 1
+    info: dict[str, Any] = field(default_factory=dict)  # provenance, free form
+
+    def __len__(self) -> int:
+        """Number of episodes."""
+        return len(self.episodes)
+
+    def __iter__(self) -> Iterator[Episode]:
+        """Iterate over episodes in stored order."""
+        return iter(self.episodes)
+
+    def __getitem__(self, index: int) -> Episode:
+        """The episode at `index`."""
+        return self.episodes[index]
+
+    @property
+    def num_steps(self) -> int:
+        """Total number of steps over all episodes."""
+        return sum(len(ep) for ep in self.episodes)
+
+    @property
+    def env_id(self) -> str | None:
+        """Id of the evaluation environment, if known."""
+        return None if self.env_spec is None else self.env_spec.id
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the evaluation environment (a copy)."""
+        return {} if self.env_spec is None else dict(self.env_spec.kwargs)
+
+    def returns(self) -> np.ndarray:
+        """Undiscounted return per episode, (E,) float64."""
+        return np.array([ep.episode_return for ep in self.episodes], dtype=np.float64)
+
+    def lengths(self) -> np.ndarray:
+        """Number of steps per episode, (E,) int64."""
+        return np.array([len(ep) for ep in self.episodes], dtype=np.int64)
+
+
+def make_eval_env_fn(dataset: OfflineDataset, **kwargs: Any) -> Callable[[], gym.Env]:
+    """A thunk building the dataset's evaluation env, e.g. for `gym.vector.SyncVectorEnv`.
+
+    `kwargs` override the spec's keyword arguments (e.g. `render_mode="rgb_array"`).
+
+    Example:
+        >>> fn = make_eval_env_fn(ds)  # doctest: +SKIP
+        >>> envs = gym.vector.SyncVectorEnv([fn] * 8)  # doctest: +SKIP
+    """
+    spec = dataset.env_spec
+    if spec is None:
+        raise ValueError(
+            f"dataset {dataset.name!r} records no environment spec; build the evaluation env "
+            "yourself with gymnasium.make(<id>)"
+        )
+    return lambda: gym.make(spec, **kwargs)
