@@ -1,0 +1,236 @@
+"""Shared machinery for torch-native batched environments.
+
+A `TorchVectorEnv` keeps the state of all N environments in torch tensors on one
+device and steps them together: no Python loop over envs, no host sync on the
+step path (unless action-value validation is on, see below). It speaks the
+Gymnasium 1.x `VectorEnv` API with tensors where Gymnasium uses NumPy arrays.
+
+Autoreset is SAME_STEP (https://farama.org/Vector-Autoreset-Mode): at a step where
+env i ends, `obs[i]` is already the first observation of its next episode and the
+true last observation is in `info["final_obs"][i]`. The step after is an ordinary
+transition. Every `step` returns the same info keys, each paired with a `_key`
+mask (N,) saying which rows are meaningful, so no caller has to test key presence
+(which would force a host sync):
+
+    info["final_obs"]   (N, ...) obs reached by this step, before any reset; rows of
+                        envs that did not end equal `obs`
+    info["_final_obs"]  (N,) bool, True where the episode ended (terminated | truncated)
+    info["episode"]     {"r": float32 (N,), "l": int64 (N,)}: return and length of the
+                        episode that just ended, 0 elsewhere (the layout of
+                        gymnasium.wrappers.vector.RecordEpisodeStatistics, without "t")
+    info["_episode"]    (N,) bool, same as `_final_obs`
+    info[key], info[f"_{key}"]  per-episode values an env reports (e.g. TMaze "success"),
+                        zero/False where the episode did not end
+
+Subclasses write only the dynamics: `_reset_idx(mask)`, `_step(actions)` and
+`_observe()`; this class owns autoreset, episode statistics, the time limit,
+action conversion and validation, and seeding.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+__all__ = ["TorchVectorEnv"]
+
+
+def _zero_where_not(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Rows of `value` where `mask` (N,) is False set to zero (False for bool)."""
+    # (N,) -> (N, 1, ..., 1) so the mask broadcasts over trailing dims.
+    m = mask.view(-1, *([1] * (value.dim() - 1)))
+    return torch.where(m, value, torch.zeros((), dtype=value.dtype, device=value.device))
+
+
+class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
+    """Base class for batched environments whose state lives in torch tensors.
+
+    Subclasses call `super().__init__` with the single-env spaces, then implement:
+
+    - `_reset_idx(mask)`: re-draw the initial state of envs where `mask` (N,) is True,
+      with `torch.where` (no boolean indexing, which would sync with the host);
+    - `_step(actions)`: advance all N envs by one step with `actions` (N, ...) on the
+      device, return `(reward (N,) float32, terminated (N,) bool, episode_info)` where
+      `episode_info` maps names to (N,) tensors that are meaningful at episode end;
+    - `_observe()`: the current observation (N, ...) float32 from the state.
+
+    Random draws must use `self.generator`, which `reset(seed=...)` seeds.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+        "render_modes": [],
+    }
+
+    def __init__(
+        self,
+        num_envs: int,
+        single_observation_space: gym.spaces.Box,
+        single_action_space: gym.spaces.Discrete,
+        max_episode_steps: int | None,
+        device: str | torch.device = "cpu",
+        validate_actions: bool = True,
+    ) -> None:
+        """Set spaces, device, generator and episode counters for `num_envs` envs."""
+        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if max_episode_steps is not None and (
+            not isinstance(max_episode_steps, int) or max_episode_steps < 1
+        ):
+            raise ValueError(
+                f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}"
+            )
+        if not isinstance(single_action_space, gym.spaces.Discrete):
+            raise TypeError(
+                f"TorchVectorEnv supports Discrete action spaces, got {single_action_space}"
+            )
+        if int(single_action_space.start) != 0:
+            raise ValueError(f"Discrete action spaces must start at 0, got {single_action_space}")
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.max_episode_steps = max_episode_steps
+        self.validate_actions = validate_actions
+        self.single_observation_space = single_observation_space
+        self.single_action_space = single_action_space
+        self.observation_space = batch_space(single_observation_space, num_envs)
+        self.action_space = batch_space(single_action_space, num_envs)
+        self._num_actions = int(single_action_space.n)
+
+        # One generator for all envs, on the env's device so draws never leave it.
+        # Seeded from OS entropy until reset(seed=...) like Gymnasium's unseeded envs
+        # (a fresh torch.Generator would otherwise start from the same fixed seed).
+        self.generator = torch.Generator(device=self.device)
+        self.generator.seed()
+
+        self._episode_return = torch.zeros(num_envs, dtype=torch.float32, device=self.device)
+        self._episode_length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._has_reset = False
+
+    # ------------------------------------------------------------------ dynamics API
+    def _reset_idx(self, mask: torch.Tensor) -> None:
+        """Re-initialise the state of envs where `mask` (N,) bool is True."""
+        raise NotImplementedError
+
+    def _step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Advance all envs; return (reward (N,), terminated (N,), episode_info)."""
+        raise NotImplementedError
+
+    def _observe(self) -> torch.Tensor:
+        """Current observation (N, ...) float32 computed from the state."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ Gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Reset all envs (or those in `options["reset_mask"]`); return (obs (N, ...), {}).
+
+        `seed` re-seeds the env's torch generator, so the same seed gives the same
+        episodes. `options={"reset_mask": mask}` resets only the envs where the (N,)
+        bool mask is True, as in Gymnasium's vector envs.
+        """
+        if seed is not None:
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+                raise TypeError(
+                    f"seed must be an int or None (one generator drives all envs), got {seed!r}"
+                )
+            super().reset(seed=int(seed))  # also seeds self.np_random for API parity
+            self.generator.manual_seed(int(seed))
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}; valid: ['reset_mask']")
+        if mask is None:
+            mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        else:
+            mask = torch.as_tensor(mask, device=self.device)
+            if mask.dtype != torch.bool or mask.shape != (self.num_envs,):
+                raise ValueError(
+                    f"reset_mask must be a bool array of shape ({self.num_envs},), "
+                    f"got dtype {mask.dtype} shape {tuple(mask.shape)}"
+                )
+            if not self._has_reset:
+                raise RuntimeError("the first reset() must reset all envs (no reset_mask)")
+        self._reset_idx(mask)
+        self._episode_return = _zero_where_not(~mask, self._episode_return)
+        self._episode_length = _zero_where_not(~mask, self._episode_length)
+        self._has_reset = True
+        return self._observe(), {}
+
+    def step(
+        self, actions: torch.Tensor | np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Step all envs with `actions` (N,); return (obs, reward, terminated, truncated, info).
+
+        Envs that end are reset in the same call (SAME_STEP autoreset); see the module
+        docstring for the info layout.
+        """
+        if not self._has_reset:
+            raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
+        actions = self._convert_actions(actions)
+        reward, terminated, episode_info = self._step(actions)
+
+        self._episode_return = self._episode_return + reward
+        self._episode_length = self._episode_length + 1
+        # Same rule as gymnasium.wrappers.TimeLimit: truncation depends only on the step
+        # count, so terminated and truncated can both be True at the limit.
+        if self.max_episode_steps is None:
+            truncated = torch.zeros_like(terminated)
+        else:
+            truncated = self._episode_length >= self.max_episode_steps
+        done = terminated | truncated
+
+        final_obs = self._observe()
+        info: dict[str, Any] = {
+            "final_obs": final_obs,
+            "_final_obs": done,
+            "episode": {
+                "r": _zero_where_not(done, self._episode_return),
+                "l": _zero_where_not(done, self._episode_length),
+            },
+            "_episode": done,
+        }
+        for key, value in episode_info.items():
+            info[key] = _zero_where_not(done, value)
+            info[f"_{key}"] = done
+
+        # SAME_STEP autoreset: re-draw ended envs now so obs is their first observation.
+        self._reset_idx(done)
+        self._episode_return = _zero_where_not(~done, self._episode_return)
+        self._episode_length = _zero_where_not(~done, self._episode_length)
+        obs = torch.where(done.view(-1, *([1] * (final_obs.dim() - 1))), self._observe(), final_obs)
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ helpers
+    def _convert_actions(self, actions: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Actions (N,) of integer dtype as an int64 tensor on the device, validated."""
+        if not isinstance(actions, torch.Tensor):
+            actions = torch.as_tensor(np.asarray(actions))
+        if actions.shape != (self.num_envs,):
+            raise ValueError(
+                f"actions must have shape ({self.num_envs},) (one Discrete action per env), "
+                f"got shape {tuple(actions.shape)}"
+            )
+        if actions.dtype == torch.bool or actions.is_floating_point() or actions.is_complex():
+            raise TypeError(f"actions must have an integer dtype, got {actions.dtype}")
+        if self.validate_actions:
+            # Checked where the actions are: free for NumPy/CPU input, one device->host
+            # read for device tensors (turn off with validate_actions=False on GPU hot loops).
+            bad = (actions < 0) | (actions >= self._num_actions)
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0, 0])
+                raise ValueError(
+                    f"invalid action {int(actions[i])} for env {i}: "
+                    f"valid actions are 0..{self._num_actions - 1} ({self.single_action_space})"
+                )
+        actions = actions.to(device=self.device, dtype=torch.int64)
+        return actions
+
+    def __repr__(self) -> str:
+        """Class name, number of envs and device."""
+        return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device})"

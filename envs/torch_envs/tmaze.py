@@ -1,0 +1,125 @@
+"""T-maze memory task (Bakker 2001, "Reinforcement Learning with Long Short-Term Memory").
+
+The agent starts at the near end of a corridor; at the far end the corridor meets a
+T-junction with an up arm and a down arm. On the first observation only, a cue says
+which arm is rewarded; the agent must carry it through the corridor to the junction.
+A policy without memory cannot beat chance at the junction, so it scores a mean
+return of 0 (50% success); a policy that remembers the cue scores 1.
+
+Layout: positions 0..length-1 are corridor cells, position `length` is the junction,
+so the shortest episode is `length` forward moves plus one turn (length + 1 steps).
+
+Observation, 4 floats (Bakker's 3-bit code, with the two cue values split out):
+
+    index 0  cue_up      1 on the first observation of an episode if the up arm pays
+    index 1  cue_down    1 on the first observation of an episode if the down arm pays
+    index 2  in_corridor 1 at positions 0..length-1
+    index 3  at_junction 1 at position `length`
+
+Actions, Discrete(4): 0 up, 1 down, 2 left (back one cell), 3 right (forward one cell).
+Moves into a wall are no-ops: left at position 0, right at the junction, and up/down
+anywhere in the corridor (the arms open only at the junction). Up or down at the
+junction ends the episode (terminated) with +1 for the cued arm and -1 for the other;
+every other step gives `-step_penalty` (default 0, the plain task). The final
+observation of a terminated episode is the junction observation.
+
+Differences from Bakker: reward +1/-1 instead of +4/-0.1, and the cue is shown at
+t=0 only, not whenever the agent stands on the start cell, so going back does not
+recover it. This is the "passive T-maze" of Ni et al. 2023 ("When Do Transformers
+Shine in RL?"), whose optional per-step penalty is `step_penalty` here.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs.torch_envs.base import TorchVectorEnv
+
+__all__ = ["TMaze"]
+
+UP, DOWN, LEFT, RIGHT = 0, 1, 2, 3
+
+
+class TMaze(TorchVectorEnv):
+    """N T-mazes stepped together; `info["success"]` at episode end says the cued arm was taken.
+
+    Example:
+        >>> env = TMaze(num_envs=8, length=10)
+        >>> obs, _ = env.reset(seed=0)          # (8, 4), obs[:, :2] holds the cue
+        >>> obs, r, term, trunc, info = env.step(torch.full((8,), RIGHT))
+
+    Args:
+        num_envs: number of mazes N.
+        length: corridor cells before the junction (>= 1); benchmarks use 30.
+        max_episode_steps: truncation limit; None means 2 * (length + 1), twice the
+            shortest episode, so a policy that walks straight and guesses always ends
+            by termination while aimless wandering is cut off (truncation: success False).
+        step_penalty: reward subtracted at every step that is not the final turn (>= 0).
+        device: where all state and returned tensors live.
+        validate_actions: check action values each step (a host sync for GPU-tensor actions).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        length: int = 10,
+        max_episode_steps: int | None = None,
+        step_penalty: float = 0.0,
+        device: str | torch.device = "cpu",
+        validate_actions: bool = True,
+    ) -> None:
+        """Build N mazes of corridor `length`; see the class docstring for the arguments."""
+        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+            raise ValueError(f"length must be an int >= 1, got {length!r}")
+        if not step_penalty >= 0.0:
+            raise ValueError(f"step_penalty must be >= 0, got {step_penalty!r}")
+        if max_episode_steps is None:
+            max_episode_steps = 2 * (length + 1)
+        super().__init__(
+            num_envs=num_envs,
+            single_observation_space=gym.spaces.Box(0.0, 1.0, (4,), dtype=np.float32),
+            single_action_space=gym.spaces.Discrete(4),
+            max_episode_steps=max_episode_steps,
+            device=device,
+            validate_actions=validate_actions,
+        )
+        self.length = length
+        self.step_penalty = float(step_penalty)
+        # State, one entry per env: cue 0 = up arm pays, 1 = down arm pays.
+        self.cue = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.position = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self.show_cue = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+
+    def _reset_idx(self, mask: torch.Tensor) -> None:
+        """Draw a fresh cue and put the agent at the start for envs where `mask` is True."""
+        cue = torch.randint(0, 2, (self.num_envs,), generator=self.generator, device=self.device)
+        self.cue = torch.where(mask, cue, self.cue)
+        self.position = torch.where(mask, 0, self.position)
+        self.show_cue = self.show_cue | mask
+
+    def _step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Move along the corridor or turn at the junction."""
+        at_junction = self.position == self.length
+        turn = at_junction & ((actions == UP) | (actions == DOWN))
+        correct = actions == self.cue  # UP == 0 and DOWN == 1 share the cue's encoding
+        # Python scalars, not a fresh tensor: building one per step would copy host->device.
+        win_or_lose = torch.where(correct, 1.0, -1.0)
+        reward = torch.where(turn, win_or_lose, 0.0 - self.step_penalty).to(torch.float32)
+        move = (actions == RIGHT).long() - (actions == LEFT).long()
+        # Clamping makes right at the junction and left at the start the wall no-ops.
+        self.position = (self.position + move).clamp(0, self.length)
+        self.show_cue = torch.zeros_like(self.show_cue)
+        return reward, turn, {"success": turn & correct}
+
+    def _observe(self) -> torch.Tensor:
+        """(N, 4) float32: [cue_up, cue_down, in_corridor, at_junction]."""
+        in_corridor = self.position < self.length
+        features = (
+            self.show_cue & (self.cue == UP),
+            self.show_cue & (self.cue == DOWN),
+            in_corridor,
+            ~in_corridor,
+        )
+        return torch.stack(features, dim=1).to(torch.float32)  # (N, 4)
