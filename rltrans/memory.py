@@ -26,7 +26,8 @@ from torch import Tensor
 class Memory(NamedTuple):
     """Training-time memory of B sequences.
 
-    hidden: (Y, B, M, D) layer inputs of the M steps before the sequence (stop-gradient).
+    hidden: (B, Y, M, D) layer inputs of the M steps before the sequence (stop-gradient).
+    All fields are batch-first, so buffers can store and index any backbone's memory alike.
     valid:  (B, M) bool, True where the slot holds a step of the sequence's current episode.
     time:   (B,) long, steps since episode start of the sequence's first token (for absolute
             position schemes; ignored by relative ones).
@@ -40,14 +41,14 @@ class Memory(NamedTuple):
     def empty(layers: int, batch: int, size: int, dim: int, device=None, dtype=None) -> Memory:
         """An all-invalid memory, as at the very start of training."""
         return Memory(
-            hidden=torch.zeros(layers, batch, size, dim, device=device, dtype=dtype),
+            hidden=torch.zeros(batch, layers, size, dim, device=device, dtype=dtype),
             valid=torch.zeros(batch, size, dtype=torch.bool, device=device),
             time=torch.zeros(batch, dtype=torch.long, device=device),
         )
 
     def index(self, idx: Tensor | slice) -> Memory:
         """Select sequences by index along B."""
-        return Memory(self.hidden[:, idx], self.valid[idx], self.time[idx])
+        return Memory(self.hidden[idx], self.valid[idx], self.time[idx])
 
 
 class MemoryState(NamedTuple):
@@ -98,7 +99,8 @@ class MemoryState(NamedTuple):
     def to_memory(self) -> Memory:
         """Copy the current window out as a training :class:`Memory` (one copy per segment)."""
         w = self.window()
-        return Memory(self.hidden[:, :, w].clone(), self.valid[:, w].clone(), self.time.clone())
+        hidden = self.hidden[:, :, w].transpose(0, 1).contiguous()  # (N, Y, M, D), a copy
+        return Memory(hidden, self.valid[:, w].clone(), self.time.clone())
 
     def write(self, layer: int, hidden: Tensor, key: Tensor, value: Tensor) -> None:
         """Store one step of one layer: hidden (N, D), key/value (N, H, D/H), in both ring slots."""
@@ -113,3 +115,26 @@ class MemoryState(NamedTuple):
             self.valid[:, slot] = True
         self.time.add_(1)
         return self._replace(cursor=(self.cursor + 1) % self.size)
+
+
+def last_steps(x: Tensor, size: int) -> Tensor:
+    """The last ``size`` entries along dim 1 of x (B, S, ...); empty for size 0 (unlike -0:)."""
+    return x[:, x.shape[1] - size :]
+
+
+def next_window_validity(
+    valid: Tensor, starts: Tensor | None, positions: Tensor, size: int
+) -> tuple[Tensor, Tensor]:
+    """Validity (B, M) of the memory window after a segment, and its episode time (B,).
+
+    valid: (B, M) of the memory before the segment; positions (B, L) episode
+    times of the segment's tokens. Only steps of the episode running at the
+    segment's end stay visible.
+    """
+    b, length = positions.shape
+    valid = torch.cat([valid, valid.new_ones(b, length)], dim=1)  # (B, M+L)
+    if starts is not None:
+        episode = torch.cumsum(starts.long(), dim=1)  # (B, L) episode index within the segment
+        key_episode = torch.cat([episode.new_zeros(b, size), episode], dim=1)  # (B, M+L)
+        valid = valid & (key_episode == episode[:, -1:])
+    return last_steps(valid, size), positions[:, -1] + 1

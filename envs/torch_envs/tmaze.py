@@ -20,8 +20,16 @@ Actions, Discrete(4): 0 up, 1 down, 2 left (back one cell), 3 right (forward one
 Moves into a wall are no-ops: left at position 0, right at the junction, and up/down
 anywhere in the corridor (the arms open only at the junction). Up or down at the
 junction ends the episode (terminated) with +1 for the cued arm and -1 for the other;
-every other step gives `-step_penalty` (default 0, the plain task). The final
-observation of a terminated episode is the junction observation.
+every other step gives `-step_penalty` (default 0, the plain task), and a step that
+makes no progress (anything but right in the corridor, anything but a turn at the
+junction) costs a further `idle_penalty` (default 0). The final observation of a
+terminated episode is the junction observation.
+
+`idle_penalty` is the shaping of the "passive T-maze" of Ni et al. 2023: it makes
+walking to the junction learnable without memory (a random walk almost never reaches
+the end of a long corridor before the time limit) while leaving the returns of the
+two reference policies unchanged: walking straight and guessing still scores 0 on
+average, walking straight and remembering the cue still scores 1.
 
 Differences from Bakker: reward +1/-1 instead of +4/-0.1, and the cue is shown at
 t=0 only, not whenever the agent stands on the start cell, so going back does not
@@ -57,6 +65,8 @@ class TMaze(TorchVectorEnv):
             shortest episode, so a policy that walks straight and guesses always ends
             by termination while aimless wandering is cut off (truncation: success False).
         step_penalty: reward subtracted at every step that is not the final turn (>= 0).
+        idle_penalty: further reward subtracted at every step that makes no progress
+            toward the junction or, at the junction, does not turn (>= 0).
         device: where all state and returned tensors live.
         validate_actions: check action values each step (a host sync for GPU-tensor actions).
     """
@@ -67,6 +77,7 @@ class TMaze(TorchVectorEnv):
         length: int = 10,
         max_episode_steps: int | None = None,
         step_penalty: float = 0.0,
+        idle_penalty: float = 0.0,
         device: str | torch.device = "cpu",
         validate_actions: bool = True,
     ) -> None:
@@ -75,6 +86,8 @@ class TMaze(TorchVectorEnv):
             raise ValueError(f"length must be an int >= 1, got {length!r}")
         if not step_penalty >= 0.0:
             raise ValueError(f"step_penalty must be >= 0, got {step_penalty!r}")
+        if not idle_penalty >= 0.0:
+            raise ValueError(f"idle_penalty must be >= 0, got {idle_penalty!r}")
         if max_episode_steps is None:
             max_episode_steps = 2 * (length + 1)
         super().__init__(
@@ -87,6 +100,7 @@ class TMaze(TorchVectorEnv):
         )
         self.length = length
         self.step_penalty = float(step_penalty)
+        self.idle_penalty = float(idle_penalty)
         # State, one entry per env: cue 0 = up arm pays, 1 = down arm pays.
         self.cue = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self.position = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
@@ -106,8 +120,10 @@ class TMaze(TorchVectorEnv):
         correct = actions == self.cue  # UP == 0 and DOWN == 1 share the cue's encoding
         # Python scalars, not a fresh tensor: building one per step would copy host->device.
         win_or_lose = torch.where(correct, 1.0, -1.0)
-        reward = torch.where(turn, win_or_lose, 0.0 - self.step_penalty).to(torch.float32)
         move = (actions == RIGHT).long() - (actions == LEFT).long()
+        progress = turn | (~at_junction & (move > 0))
+        penalty = self.step_penalty + self.idle_penalty * (~progress).float()  # (N,)
+        reward = torch.where(turn, win_or_lose, -penalty).to(torch.float32)
         # Clamping makes right at the junction and left at the start the wall no-ops.
         self.position = (self.position + move).clamp(0, self.length)
         self.show_cue = torch.zeros_like(self.show_cue)

@@ -31,7 +31,7 @@ from rltrans.core.attention import Kernel, sequence_mask
 from rltrans.core.block import NormPlacement, SublayerActivation, build_block
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName, build_input_position
-from rltrans.memory import Memory, MemoryState
+from rltrans.memory import Memory, MemoryState, last_steps, next_window_validity
 
 PRESETS: dict[str, dict[str, Any]] = {
     "gtrxl": {"norm": "pre", "sublayer_activation": "relu", "gate": "gru", "position": "xl"},
@@ -56,7 +56,7 @@ class TransformerStack(nn.Module):
     >>> mem = stack.empty_memory(batch=3)
     >>> y, mem = stack(torch.randn(3, 5, 32), mem)
     >>> y.shape, mem.hidden.shape
-    (torch.Size([3, 5, 32]), torch.Size([2, 3, 8, 32]))
+    (torch.Size([3, 5, 32]), torch.Size([3, 2, 8, 32]))
     """
 
     def __init__(
@@ -130,6 +130,10 @@ class TransformerStack(nn.Module):
         sizes = (self.layers, envs, self.memory, self.dim, self.heads)
         return MemoryState.empty(*sizes, device, dtype)
 
+    def state_to_memory(self, state: MemoryState) -> Memory:
+        """Copy the acting window out as the training memory of a segment that starts now."""
+        return state.to_memory()
+
     def add_input_position(self, x: Tensor, positions: Tensor) -> Tensor:
         """Add the absolute position embedding, if the scheme has one."""
         if self.input_position is None:
@@ -153,9 +157,12 @@ class TransformerStack(nn.Module):
         positions for absolute schemes (default: steps since episode start).
         """
         b, length, _ = x.shape
+        if self.memory == 0:
+            memory = None  # a memoryless stack passes no memory on
         m = self.memory if memory is not None else 0
         if memory is not None and memory.hidden.shape[2] != self.memory:
-            raise ValueError(f"memory holds {memory.hidden.shape[2]} steps, stack expects {m}")
+            got = memory.hidden.shape[2]
+            raise ValueError(f"memory holds {got} steps, the stack expects {self.memory}")
         if positions is None:
             time0 = memory.time if memory is not None else x.new_zeros(b, dtype=torch.long)
             positions = episode_positions(starts, time0, length)
@@ -174,27 +181,16 @@ class TransformerStack(nn.Module):
         for i, block in enumerate(self.blocks):
             mem_kv = None
             if memory is not None:
-                mem_h = memory.hidden[i].detach()  # stop-gradient into memory (Dai et al. 2019)
-                new_hidden.append(torch.cat([mem_h, h.detach()], dim=1)[:, -m:])  # (B, M, D)
+                mem_h = memory.hidden[:, i].detach()  # stop-gradient into memory (Dai et al. 2019)
+                new_hidden.append(last_steps(torch.cat([mem_h, h.detach()], dim=1), m))  # (B, M, D)
                 mem_kv = block.memory_kv(mem_h)
             h, _ = block(h, mem_kv, mask)
         out = self.final_norm(h)
         if memory is None:
             return out, None
-        return out, Memory(torch.stack(new_hidden), *self._next_validity(memory, starts, positions))
-
-    def _next_validity(
-        self, memory: Memory, starts: Tensor | None, positions: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """Validity of the next memory window and its episode time."""
-        b, length = positions.shape
-        valid = torch.cat([memory.valid, memory.valid.new_ones(b, length)], dim=1)  # (B, M+L)
-        if starts is not None:
-            # Only steps of the episode running at the segment's end stay visible.
-            episode = torch.cumsum(starts.long(), dim=1)
-            key_episode = torch.cat([episode.new_zeros(b, self.memory), episode], dim=1)
-            valid = valid & (key_episode == episode[:, -1:])
-        return valid[:, -self.memory :], positions[:, -1] + 1
+        hidden = torch.stack(new_hidden, dim=1)  # (B, Y, M, D)
+        validity = next_window_validity(memory.valid, starts, positions, self.memory)
+        return out, Memory(hidden, *validity)
 
     @torch.no_grad()
     def step(

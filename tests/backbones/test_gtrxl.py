@@ -133,7 +133,7 @@ def test_memory_after_segment_keeps_only_current_episode():
     x = seq(batch=1, length=4)
     starts = torch.tensor([[False, False, True, False]])
     mem = Memory(
-        hidden=torch.randn(Y, 1, M, D, dtype=torch.float64),
+        hidden=torch.randn(1, Y, M, D, dtype=torch.float64),
         valid=torch.ones(1, M, dtype=torch.bool),
         time=torch.tensor([7]),
     )

@@ -597,3 +597,22 @@ def test_action_and_reset_errors():
     env.reset(seed=0)
     env.step(np.array([7, 7, 7]))
     assert env.position.tolist() == [0, 0, 0]
+
+
+def test_tmaze_idle_penalty_spares_the_straight_path():
+    """idle_penalty costs only non-progress steps: straight walkers keep returns 0 / 1."""
+    env = TMaze(num_envs=4, length=3, idle_penalty=0.1)
+    env.reset(seed=3)
+    cue = env.cue.clone()
+    for _ in range(3):
+        _, rew, term, _, _ = env.step(torch.full((4,), 3))  # right, right, right
+        assert rew.eq(0).all() and not term.any()
+    _, rew, _, _, _ = env.step(torch.full((4,), 2))  # left at the junction region: idle
+    torch.testing.assert_close(rew, torch.full((4,), -0.1))
+    env.step(torch.full((4,), 3))
+    _, rew, _, _, _ = env.step(torch.full((4,), 3))  # right at the junction: a wall, idle
+    torch.testing.assert_close(rew, torch.full((4,), -0.1))
+    _, rew, term, _, info = env.step(cue)  # the cued arm
+    assert term.all() and rew.eq(1.0).all() and info["success"].all()
+    with pytest.raises(ValueError, match="idle_penalty must be >= 0"):
+        TMaze(num_envs=1, idle_penalty=-1.0)

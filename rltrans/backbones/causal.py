@@ -1,0 +1,127 @@
+"""GPT-style causal stack for the Decision Transformer: `TransformerStack` with no memory.
+
+Decision Transformer (Chen et al. 2021, section 3) runs its interleaved (R, s, a) tokens
+through GPT-2 (Radford et al. 2019). Every piece of GPT-2 is already an option of the shared
+core, so this module only fixes the defaults and GPT-2's weight initialisation:
+
+===================  ============================  ==============================================
+GPT-2 part           core option                   note
+===================  ============================  ==============================================
+LN before each       ``norm="pre"``                identity path from input to output
+sub-layer, ln_f      final LayerNorm               added by ``TransformerStack`` for ``pre``
+x + sublayer(x)      ``gate="residual"``,
+                     ``sublayer_activation="none"``
+MLP 4D, GELU         ``ff_mult=4``                 the core's FeedForward (GELU)
+resid/attn dropout   ``dropout``, ``attn_dropout``  DT uses 0.1 for both
+position embedding   ``position="none"``           DT removes GPT-2's wpe: every token already
+                                                   carries its episode timestep embedding
+causal mask          ``causal=True``, memory 0     the action of step t sees only tokens <= s_t
+init N(0, 0.02)      ``init="gpt2"``               residual projections scaled by 1/sqrt(2Y)
+===================  ============================  ==============================================
+
+Two known differences with the DT reference code, facts for whoever compares runs: its Gym
+experiments set GPT-2's MLP activation to ReLU (the core's MLP is GELU, as GPT-2 and DT's
+Atari minGPT), and the core's MLP also drops out its hidden layer. Attention is never
+re-implemented here: every option above is the shared core of :mod:`rltrans.core`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, get_args
+
+from torch import nn
+
+from rltrans.backbones.gtrxl import TransformerStack
+from rltrans.core.attention import Kernel, check_choice
+from rltrans.core.block import NormPlacement, SublayerActivation
+from rltrans.core.gates import GateName
+from rltrans.core.position import PositionName
+
+__all__ = ["INITS", "Init", "causal_stack", "gpt2_init_"]
+
+Init = Literal["gpt2", "torch"]
+INITS: tuple[str, ...] = get_args(Init)
+GPT2_INIT_STD = 0.02  # GPT-2's initializer_range
+
+
+def gpt2_init_(stack: TransformerStack) -> TransformerStack:
+    """GPT-2 initialisation in place: projections N(0, 0.02), biases 0, LayerNorms (1, 0).
+
+    The projections that write into the residual stream (attention output, second MLP layer)
+    get std 0.02 / sqrt(2 Y), Y layers (Radford et al. 2019, section 2.3: "scale the weights
+    of residual layers at initialization by a factor of 1/sqrt(N)", N residual layers). Only
+    the attention and MLP projections are touched: gates and position schemes keep their own
+    initialisation (a ``gru`` gate's bias, ``xl``'s W_kR).
+    """
+    residual_std = GPT2_INIT_STD / math.sqrt(2 * max(stack.layers, 1))
+    for block in stack.blocks:
+        attn = block.attn
+        mlp_linears = [m for m in block.mlp.modules() if isinstance(m, nn.Linear)]
+        projections = [attn.q_proj, attn.kv_proj, *mlp_linears[:-1]]
+        residual = [attn.out_proj, mlp_linears[-1]]
+        for layer, std in [(p, GPT2_INIT_STD) for p in projections] + [
+            (p, residual_std) for p in residual
+        ]:
+            nn.init.normal_(layer.weight, mean=0.0, std=std)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+    for module in stack.modules():
+        if isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+    return stack
+
+
+def causal_stack(
+    dim: int,
+    layers: int,
+    heads: int,
+    *,
+    position: PositionName = "none",
+    gate: GateName = "residual",
+    norm: NormPlacement = "pre",
+    sublayer_activation: SublayerActivation = "none",
+    ff_mult: int = 4,
+    dropout: float = 0.1,
+    attn_dropout: float | None = None,
+    kernel: Kernel = "sdpa",
+    max_len: int = 1024,
+    init: Init = "gpt2",
+    shaw_max_distance: int = 16,
+    gate_bias: float = 2.0,
+) -> TransformerStack:
+    """A causal `TransformerStack` (memory 0) whose defaults are GPT-2 as DT uses it.
+
+    ``attn_dropout`` defaults to ``dropout`` (DT sets GPT-2's attn_pdrop and resid_pdrop to the
+    same value). ``max_len`` bounds absolute positions (``learned``), in tokens: a DT context
+    of K steps is 3K tokens. ``init="gpt2"`` applies :func:`gpt2_init_`, ``"torch"`` keeps
+    PyTorch's defaults. Other options change one part of GPT-2 (see the module table).
+
+    Example:
+        >>> import torch
+        >>> stack = causal_stack(dim=64, layers=2, heads=1)
+        >>> y, _ = stack(torch.randn(4, 30, 64), key_padding=torch.ones(4, 30, dtype=torch.bool))
+        >>> y.shape
+        torch.Size([4, 30, 64])
+    """
+    check_choice("init", init, INITS)
+    stack = TransformerStack(
+        dim,
+        layers,
+        heads,
+        memory=0,
+        position=position,
+        gate=gate,
+        norm=norm,
+        sublayer_activation=sublayer_activation,
+        ff_mult=ff_mult,
+        dropout=dropout,
+        attn_dropout=dropout if attn_dropout is None else attn_dropout,
+        gate_bias=gate_bias,
+        kernel=kernel,
+        causal=True,
+        max_len=max_len,
+        shaw_max_distance=shaw_max_distance,
+    )
+    return gpt2_init_(stack) if init == "gpt2" else stack

@@ -1,0 +1,129 @@
+"""Recurrent (LSTM/GRU) and memoryless (MLP) backbones with the TransformerStack interface.
+
+Every backbone offers the same five calls, so agents and learners never ask
+which one they hold:
+
+* ``initial_state(envs, device)`` -> acting state (batch-first tensors),
+* ``step(x (N, D), state, done)`` -> (h (N, D), state), one acting step,
+* ``state_to_memory(state)`` -> a copy of what a training segment needs,
+* ``empty_memory(batch, device)``,
+* ``forward(x (B, L, D), memory, starts=)`` -> (h (B, L, D), next memory).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from rltrans.core.attention import check_choice
+
+CellKind = Literal["lstm", "gru"]
+
+
+class RNNState(NamedTuple):
+    """h, c: (N, layers, D); c is unused (zeros) for a GRU."""
+
+    h: Tensor
+    c: Tensor
+
+
+class RNNBackbone(nn.Module):
+    """A multi-layer LSTM or GRU whose state resets where a new episode starts."""
+
+    def __init__(self, dim: int, layers: int = 1, cell: CellKind = "lstm") -> None:
+        super().__init__()
+        check_choice("recurrent cell", cell, ("lstm", "gru"))
+        self.dim, self.layers, self.cell = dim, layers, cell
+        rnn_cls = nn.LSTM if cell == "lstm" else nn.GRU
+        self.rnn = rnn_cls(dim, dim, num_layers=layers, batch_first=True)
+        for (
+            name,
+            p,
+        ) in self.rnn.named_parameters():  # orthogonal init, zero bias (CleanRL ppo_atari_lstm)
+            if "weight" in name:
+                nn.init.orthogonal_(p, 1.0)
+            else:
+                nn.init.zeros_(p)
+
+    def empty_memory(self, batch: int, device=None, dtype=None) -> RNNState:
+        """Zero state for ``batch`` sequences."""
+        z = torch.zeros(batch, self.layers, self.dim, device=device, dtype=dtype)
+        return RNNState(z, z.clone())
+
+    def initial_state(self, envs: int, device=None, dtype=None) -> RNNState:
+        """Zero acting state for ``envs`` environments."""
+        return self.empty_memory(envs, device, dtype)
+
+    def state_to_memory(self, state: RNNState) -> RNNState:
+        """A copy of the state (the acting state is the training memory for an RNN)."""
+        return RNNState(state.h.clone(), state.c.clone())
+
+    def _run(self, x: Tensor, state: RNNState) -> tuple[Tensor, RNNState]:
+        """Run the cell over x (B, L, D) from a batch-first state."""
+        h0 = state.h.transpose(0, 1).contiguous()  # (layers, B, D) as torch expects
+        if self.cell == "lstm":
+            y, (h, c) = self.rnn(x, (h0, state.c.transpose(0, 1).contiguous()))
+        else:
+            y, h = self.rnn(x, h0)
+            c = torch.zeros_like(h)
+        return y, RNNState(h.transpose(0, 1), c.transpose(0, 1))
+
+    def forward(
+        self, x: Tensor, memory: RNNState | None = None, *, starts: Tensor | None = None
+    ) -> tuple[Tensor, RNNState]:
+        """Run a segment, zeroing the state of a sequence at each episode start."""
+        b, length, _ = x.shape
+        state = memory if memory is not None else self.empty_memory(b, x.device, x.dtype)
+        if starts is None or not bool(starts.any()):
+            return self._run(x, state)
+        outs = []
+        for t in range(length):  # a reset inside the segment: step so the state can be cut there
+            keep = (~starts[:, t]).to(x.dtype).view(b, 1, 1)
+            y, state = self._run(x[:, t : t + 1], RNNState(state.h * keep, state.c * keep))
+            outs.append(y)
+        return torch.cat(outs, dim=1), state
+
+    @torch.no_grad()
+    def step(
+        self, x: Tensor, state: RNNState, done: Tensor | None = None
+    ) -> tuple[Tensor, RNNState]:
+        """One acting step for N envs."""
+        if done is not None:
+            keep = (~done.bool()).to(x.dtype).view(-1, 1, 1)
+            state = RNNState(state.h * keep, state.c * keep)
+        y, state = self._run(x.unsqueeze(1), state)
+        return y[:, 0], state
+
+
+class MLPBackbone(nn.Module):
+    """Memoryless control: a per-step MLP, same interface as the memory backbones."""
+
+    def __init__(self, dim: int, layers: int = 2) -> None:
+        super().__init__()
+        blocks: list[nn.Module] = []
+        for _ in range(layers):
+            blocks += [nn.Linear(dim, dim), nn.Tanh()]
+        self.net = nn.Sequential(*blocks)
+
+    def empty_memory(self, batch: int, device=None, dtype=None) -> tuple:
+        """No memory."""
+        return ()
+
+    def initial_state(self, envs: int, device=None, dtype=None) -> tuple:
+        """No state."""
+        return ()
+
+    def state_to_memory(self, state: tuple) -> tuple:
+        """No memory."""
+        return ()
+
+    def forward(self, x: Tensor, memory: tuple = (), *, starts: Tensor | None = None):
+        """Apply the MLP to every step independently."""
+        return self.net(x), ()
+
+    @torch.no_grad()
+    def step(self, x: Tensor, state: tuple, done: Tensor | None = None) -> tuple[Tensor, tuple]:
+        """One acting step."""
+        return self.net(x), ()

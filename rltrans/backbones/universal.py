@@ -1,0 +1,250 @@
+"""Universal Transformer backbone: one shared block looped in depth, with ACT.
+
+Dehghani et al. 2019, "Universal Transformers", section 2.1: the same block
+(weights tied across depth) refines every position for up to S =
+``max_steps`` depth steps; before step t the coordinate embedding P^t (the
+position signal plus a sinusoid of the depth step t) is added,
+
+    H^t = Block(H^{t-1} + P^t),   t = 1 .. S,
+
+and Adaptive Computation Time (Graves 2016; :mod:`rltrans.core.act`) decides
+per position when to stop; the output is the halting-weighted mean of the
+H^t. ``halting="none"`` runs all S steps and returns H^S: a weight-tied stack
+of S layers.
+
+Position signal: absolute schemes (``sinusoidal``, ``learned``) are added at
+every depth step at the episode time of each token, as in the paper; relative
+schemes (``xl``, ``rotary``, ``alibi``, ``shaw``) act inside attention, and
+then P^t is the depth sinusoid alone.
+
+Memory (one per depth step): like :class:`rltrans.backbones.gtrxl.TransformerStack`
+with Y = S. At depth step t a query attends over the stored depth-t block
+inputs H^{t-1} + P^t of the previous M steps (stop-gradient) and of the
+current segment, within the same sliding window of M steps plus itself, so
+running in chunks with memory equals running whole, and cached acting with
+:class:`rltrans.memory.MemoryState` equals both. A position that has halted
+keeps its state (ACT copies it forward) but is still fed through the block at
+later depths, so it still writes a depth-t memory entry and still offers keys
+to the queries of later positions at every depth: its entry is its frozen
+state plus P^t. Every depth slot is therefore always filled, memory needs no
+per-depth validity, and keys never depend on how long other tokens pondered
+in a different segment split.
+
+Interface: as TransformerStack (``forward``, ``step``, ``initial_state``,
+``empty_memory``, ``state_to_memory``), except that ``forward`` returns
+``(out, next_memory, aux)`` and ``step`` returns ``(out, state, aux)``. Agents
+read ``aux`` as the optional third element: a dict of tensors with
+``ponder_cost`` (B, L) = N + R (add ``tau * ponder_cost`` to the loss,
+Graves 2016 section 2; it carries the gradient to the halting unit), ``ponder_steps``
+(B, L) = N, ``remainders`` (B, L) = R, ``halt_prob_mean`` (B, L) (mean h over
+the steps a position ran) and ``halting_weights`` (S, B, L). From ``step``
+each is (N,) per env, or (S, N).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from rltrans.backbones.gtrxl import episode_positions
+from rltrans.core.act import ACTOutput, HaltingName, build_halting
+from rltrans.core.attention import Kernel, sequence_mask
+from rltrans.core.block import NormPlacement, SublayerActivation, build_block
+from rltrans.core.gates import GateName
+from rltrans.core.position import PositionName, build_input_position, sinusoid
+from rltrans.memory import Memory, MemoryState, last_steps, next_window_validity
+
+
+def act_aux(result: ACTOutput) -> dict[str, Tensor]:
+    """The aux dict of a halting loop: ponder cost, N, R, mean h (B, L) and weights (S, B, L)."""
+    steps = result.steps.to(result.remainders.dtype)  # (B, L) float, for means and logging
+    return {
+        "ponder_cost": result.ponder_cost,
+        "ponder_steps": steps,
+        "remainders": result.remainders,
+        "halt_prob_mean": result.halt_probs.sum(0) / steps,
+        "halting_weights": result.weights,
+    }
+
+
+class UniversalTransformer(nn.Module):
+    """One shared TransformerBlock applied up to ``max_steps`` times with ACT halting.
+
+    Block options (position, gate, norm, ...) are those of
+    :func:`rltrans.core.block.build_block`; the defaults make the shared block a
+    GTrXL block. ``halting_bias`` initialises the halting unit (see
+    :class:`rltrans.core.act.AdaptiveHalting`).
+
+    >>> ut = UniversalTransformer(dim=32, heads=4, max_steps=4, memory=8)
+    >>> mem = ut.empty_memory(batch=3)
+    >>> y, mem, aux = ut(torch.randn(3, 5, 32), mem)
+    >>> y.shape, mem.hidden.shape, aux["ponder_cost"].shape
+    (torch.Size([3, 5, 32]), torch.Size([3, 4, 8, 32]), torch.Size([3, 5]))
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        *,
+        max_steps: int = 6,
+        memory: int = 0,
+        halting: HaltingName = "act",
+        act_epsilon: float = 0.01,
+        halting_bias: float = -1.0,
+        position: PositionName = "xl",
+        gate: GateName = "gru",
+        norm: NormPlacement = "pre",
+        sublayer_activation: SublayerActivation = "relu",
+        ff_mult: int = 4,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        gate_bias: float = 2.0,
+        kernel: Kernel = "sdpa",
+        causal: bool = True,
+        max_len: int = 1024,
+        shaw_max_distance: int = 16,
+    ) -> None:
+        super().__init__()
+        if memory < 0:
+            raise ValueError(f"memory must be >= 0, got {memory}")
+        self.dim, self.heads, self.memory, self.causal = dim, heads, memory, causal
+        self.halting = build_halting(
+            halting, dim, max_steps, epsilon=act_epsilon, halting_bias=halting_bias
+        )
+        self.max_steps = max_steps
+        self.input_position = build_input_position(position, dim, max_len=max_len)
+        self.block = build_block(
+            dim,
+            heads,
+            norm=norm,
+            position=position,
+            gate=gate,
+            sublayer_activation=sublayer_activation,
+            ff_mult=ff_mult,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            gate_bias=gate_bias,
+            kernel=kernel,
+            shaw_max_distance=shaw_max_distance,
+        )
+        # Depth half of the coordinate embedding, sinusoid(t) for t = 1 .. S (Dehghani §2.1).
+        depth = sinusoid(torch.arange(1, max_steps + 1), dim)  # (S, D)
+        self.register_buffer("depth_signal", depth, persistent=False)
+        # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm.
+        self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
+
+    def empty_memory(self, batch: int, device=None, dtype=None) -> Memory:
+        """All-invalid training memory (one entry per depth step) for ``batch`` sequences."""
+        return Memory.empty(self.max_steps, batch, self.memory, self.dim, device, dtype)
+
+    def initial_state(self, envs: int, device=None, dtype=None) -> MemoryState:
+        """All-invalid acting state with a key/value cache per depth step for ``envs`` envs."""
+        if self.memory < 1:
+            raise ValueError("acting with a cache needs memory >= 1")
+        sizes = (self.max_steps, envs, self.memory, self.dim, self.heads)
+        return MemoryState.empty(*sizes, device, dtype)
+
+    def state_to_memory(self, state: MemoryState) -> Memory:
+        """Copy the acting window out as the training memory of a segment that starts now."""
+        return state.to_memory()
+
+    def coordinates(self, h: Tensor, step: int, position: Tensor | None) -> Tensor:
+        """Block input H + P^t at depth ``step`` (0-based): depth sinusoid plus position signal."""
+        u = h + self.depth_signal[step].to(h.dtype)  # (B, L, D)
+        return u if position is None else u + position
+
+    def position_signal(self, positions: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """Absolute position embedding (B, L, D) of episode times, None for relative schemes."""
+        if self.input_position is None:
+            return None
+        return self.input_position(positions).to(dtype)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Memory | None = None,
+        *,
+        starts: Tensor | None = None,
+        key_padding: Tensor | None = None,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, Memory | None, dict[str, Tensor]]:
+        """Run a segment x (B, L, D) after ``memory``; return outputs, next memory and aux.
+
+        starts (B, L) bool: True where a new episode begins. key_padding (B, L)
+        bool: True for real tokens (only without memory). positions (B, L) long:
+        episode times for absolute schemes (default: steps since episode start).
+        """
+        b, length, _ = x.shape
+        m = self.memory if memory is not None else 0
+        if memory is not None and memory.hidden.shape[1:3] != (self.max_steps, self.memory):
+            got = tuple(memory.hidden.shape[1:3])
+            want = (self.max_steps, self.memory)
+            raise ValueError(f"memory holds (depth steps, steps) = {got}, expected {want}")
+        if positions is None:
+            time0 = memory.time if memory is not None else x.new_zeros(b, dtype=torch.long)
+            positions = episode_positions(starts, time0, length)
+        mask = sequence_mask(
+            length,
+            m,
+            window=self.memory if self.memory > 0 else None,
+            causal=self.causal,
+            memory_valid=memory.valid if memory is not None else None,
+            starts=starts,
+            key_padding=key_padding,
+            device=x.device,
+        )  # (B|1, 1, L, M+L)
+        position = self.position_signal(positions, x.dtype)
+        block_inputs: list[Tensor] = []  # depth-t block inputs H^{t-1} + P^t, (B, L, D) each
+
+        def depth_step(h: Tensor, step: int) -> Tensor:
+            u = self.coordinates(h, step, position)
+            block_inputs.append(u)
+            mem_kv = None
+            if memory is not None:
+                # stop-gradient into memory (Dai et al. 2019), one entry per depth step
+                mem_kv = self.block.memory_kv(memory.hidden[:, step].detach())
+            return self.block(u, mem_kv, mask)[0]
+
+        result = self.halting(x, depth_step)
+        out, aux = self.final_norm(result.output), act_aux(result)
+        if memory is None:
+            return out, None, aux
+        hidden = torch.stack(
+            [
+                last_steps(torch.cat([memory.hidden[:, t].detach(), u.detach()], dim=1), m)
+                for t, u in enumerate(block_inputs)
+            ],  # (B, M, D) each
+            dim=1,
+        )  # (B, S, M, D)
+        valid, time = next_window_validity(memory.valid, starts, positions, self.memory)
+        return out, Memory(hidden, valid, time), aux
+
+    @torch.no_grad()
+    def step(
+        self, x: Tensor, state: MemoryState, done: Tensor | None = None
+    ) -> tuple[Tensor, MemoryState, dict[str, Tensor]]:
+        """Act one step for N envs with the per-depth key/value cache: O(S M) attention.
+
+        x (N, D); done (N,) bool marks envs whose episode starts at this step.
+        Updates the state's tensors in place and returns it (cursor moved) and aux
+        with (N,) tensors (``halting_weights`` (S, N)).
+        """
+        if done is not None:
+            state = state.reset_where(done.bool())
+        n = x.shape[0]
+        w = state.window()
+        # The query sees its valid window and itself: (N, 1, 1, M+1).
+        mask = torch.cat([state.valid[:, w], state.valid.new_ones(n, 1)], dim=1).view(n, 1, 1, -1)
+        position = self.position_signal(state.time.unsqueeze(1), x.dtype)  # (N, 1, D) | None
+
+        def depth_step(h: Tensor, step: int) -> Tensor:
+            u = self.coordinates(h, step, position)  # (N, 1, D)
+            cache = (state.keys[step][:, :, w], state.values[step][:, :, w])  # (N, H, M, D/H)
+            out, (k, v) = self.block(u, cache, mask)
+            state.write(step, u[:, 0], k[:, :, 0], v[:, :, 0])
+            return out
+
+        result = self.halting(x.unsqueeze(1), depth_step)
+        aux = {name: value[..., 0] for name, value in act_aux(result).items()}
+        return self.final_norm(result.output[:, 0]), state.advance(), aux

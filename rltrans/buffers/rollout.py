@@ -1,0 +1,111 @@
+"""On-policy rollout storage: T steps x N envs, plus one backbone memory per training segment.
+
+Training uses segments of L consecutive steps of one env. The memory a segment
+needs (for GTrXL: M layer inputs per layer) is copied out of the acting state
+once, at the segment's first step, so a rollout stores T/L memories per env,
+never one per step (the pitfall of caches sized to the episode or per-step
+copies of the whole window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from rltrans.returns import gae, next_values_from
+from rltrans.types import PPOBatch, Segment, Tree, tree_map, tree_stack
+
+
+class RolloutBuffer:
+    """Fixed-size storage filled step by step by an actor, read as minibatches of segments."""
+
+    def __init__(self, num_steps: int, num_envs: int, segment_length: int, device) -> None:
+        if segment_length < 1 or num_steps % segment_length:
+            raise ValueError(
+                f"num_steps={num_steps} must be a positive multiple of segment_length="
+                f"{segment_length} (valid segment lengths divide num_steps)"
+            )
+        self.num_steps, self.num_envs, self.segment_length = num_steps, num_envs, segment_length
+        self.device = torch.device(device)
+        t, n = num_steps, num_envs
+        z = lambda dtype=torch.float32: torch.zeros(t, n, dtype=dtype, device=self.device)  # noqa: E731
+        self.log_probs, self.values, self.rewards, self.final_values = z(), z(), z(), z()
+        self.terminated, self.truncated, self.starts = (z(torch.bool) for _ in range(3))
+        self.advantages, self.returns = z(), z()
+        self.obs: Tree = None  # allocated on the first step, from the observation's structure
+        self.actions: Tensor | None = None
+        self.memories: list[Tree] = [None] * (num_steps // segment_length)
+
+    def _alloc(self, x: Tensor) -> Tensor:
+        return torch.zeros((self.num_steps, *x.shape), dtype=x.dtype, device=self.device)
+
+    def record_memory(self, t: int, memory: Tree) -> None:
+        """Store the memory of the segment starting at step t (a multiple of L)."""
+        self.memories[t // self.segment_length] = memory
+
+    def record_step(self, t: int, obs: Tree, starts: Tensor, action, log_prob, value) -> None:
+        """What the agent saw and did at step t."""
+        if self.obs is None:
+            self.obs = tree_map(self._alloc, obs)
+            self.actions = self._alloc(action)
+
+        def put(buf: Tensor, x: Tensor) -> None:
+            buf[t] = x
+
+        tree_map(put, self.obs, obs)
+        self.actions[t] = action
+        self.starts[t], self.log_probs[t], self.values[t] = starts, log_prob, value
+
+    def record_outcome(self, t: int, reward, terminated, truncated, final_value) -> None:
+        """What the env returned for step t; final_value = V(final obs) where truncated."""
+        self.rewards[t] = torch.as_tensor(reward, dtype=torch.float32, device=self.device)
+        self.terminated[t] = torch.as_tensor(terminated, device=self.device)
+        self.truncated[t] = torch.as_tensor(truncated, device=self.device)
+        self.final_values[t] = final_value
+
+    def compute_advantages(self, bootstrap_value: Tensor, gamma: float, lam: float) -> None:
+        """GAE over the rollout; truncated episodes bootstrap from V(final obs)."""
+        next_values = next_values_from(
+            self.values, bootstrap_value, self.truncated, self.final_values
+        )
+        self.advantages, self.returns = gae(
+            self.rewards, self.values, next_values, self.terminated, self.truncated, gamma, lam
+        )
+
+    def _segments(self, x: Tensor) -> Tensor:
+        """(T, N, ...) -> (T/L * N, L, ...): segment-major, each of L consecutive steps."""
+        k, length = self.num_steps // self.segment_length, self.segment_length
+        x = x.reshape(k, length, self.num_envs, *x.shape[2:]).transpose(1, 2)  # (K, N, L, ...)
+        return x.reshape(k * self.num_envs, length, *x.shape[3:])
+
+    def minibatches(
+        self, num_minibatches: int, generator: torch.Generator | None = None
+    ) -> Iterator[PPOBatch]:
+        """Shuffled minibatches of whole segments, each with its stored memory."""
+        count = self.num_envs * self.num_steps // self.segment_length
+        if not 1 <= num_minibatches <= count:
+            raise ValueError(f"num_minibatches={num_minibatches} must be in [1, {count} segments]")
+        obs = tree_map(self._segments, self.obs)
+        memory = tree_map(lambda m: m.flatten(0, 1), tree_stack(self.memories))  # (K*N, ...)
+        fields = [self.actions, self.starts, self.log_probs, self.values]
+        actions, starts, log_probs, values = (self._segments(f) for f in fields)
+        advantages, returns = self._segments(self.advantages), self._segments(self.returns)
+        gen_device = generator.device if generator is not None else "cpu"
+        order = torch.randperm(count, generator=generator, device=gen_device).to(self.device)
+        for idx in order.tensor_split(num_minibatches):
+            segment = Segment(
+                obs=tree_map(lambda x, i=idx: x[i], obs),
+                actions=actions[idx],
+                starts=starts[idx],
+                memory=tree_map(lambda m, i=idx: m[i], memory),
+            )
+            yield PPOBatch(
+                segment=segment,
+                log_probs=log_probs[idx],
+                values=values[idx],
+                advantages=advantages[idx],
+                returns=returns[idx],
+                mask=torch.ones_like(starts[idx]),
+            )

@@ -1,0 +1,84 @@
+"""Config loading for the command-line tools: Hydra composition with friendly errors and --help.
+
+The YAML files in ``configs/`` are the documentation: every knob carries a
+comment where it is defined, and ``--help`` prints them. Composition uses
+Hydra's compose API, so a run never changes the working directory or the
+logging setup.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+class ConfigError(ValueError):
+    """A bad group choice, unknown key or malformed override, explained for the user."""
+
+
+def group_options(group: str) -> list[str]:
+    """Options of a config group (the YAML file names in configs/<group>/)."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def _valid_keys(config_name: str, full_key: str, overrides: list[str]) -> list[str]:
+    """Keys that exist at the parent of ``full_key`` in the config without the bad override."""
+    groups = [o for o in overrides if o.split("=")[0] in {"agent", "env", "algo", "dataset"}]
+    cfg = _compose(config_name, groups)
+    node = cfg
+    for part in full_key.split(".")[:-1]:
+        node = node.get(part) if isinstance(node, DictConfig) else None
+    return sorted(node.keys()) if isinstance(node, DictConfig) else []
+
+
+def _compose(config_name: str, overrides: list[str]) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3", job_name="rltrans"):
+        return compose(config_name, overrides=overrides)
+
+
+def load_config(overrides: list[str], config_name: str = "train") -> DictConfig:
+    """Compose configs/<config_name>.yaml with ``key=value`` overrides, or raise ConfigError."""
+    try:
+        return _compose(config_name, overrides)
+    except Exception as err:  # Hydra raises several exception types; all become ConfigError
+        message = str(err)
+        missing = re.search(r"Could not override '([^']+)'", message)
+        if missing:
+            full_key = missing.group(1)
+            valid = _valid_keys(config_name, full_key, overrides)
+            raise ConfigError(
+                f"unknown config key {full_key!r}; valid keys here: {', '.join(valid)}"
+            ) from None
+        group = re.search(r"Could not find '(\w+)/([^']+)'", message)
+        if group:
+            name, choice = group.groups()
+            raise ConfigError(
+                f"unknown {name} {choice!r}; valid choices: {', '.join(group_options(name))}"
+            ) from None
+        raise ConfigError(message.strip()) from None
+
+
+def config_help(config_name: str = "train") -> str:
+    """The commented YAML of the root config and the options of every group, for --help."""
+    lines = [(CONFIG_DIR / f"{config_name}.yaml").read_text().rstrip(), ""]
+    if config_name != "train":
+        return "\n".join(lines)
+    for group_dir in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir()):
+        lines.append(f"== {group_dir.name}=<option> ==")
+        for path in sorted(group_dir.glob("*.yaml")):
+            first = path.read_text().splitlines()[0].lstrip("# ").strip()
+            lines.append(f"  {path.stem:20s} {first}")
+        lines.append("")
+    lines.append("Show one option's knobs: python -m rltrans.train <group>=<option> --cfg")
+    return "\n".join(lines)
+
+
+def to_container(cfg: DictConfig) -> dict:
+    """Resolved plain-dict copy of a config (for checkpoints and run_dir/config.yaml)."""
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

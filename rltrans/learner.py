@@ -1,0 +1,154 @@
+"""Learners: optimizer, learning-rate schedule, gradient clipping, AMP, non-finite checks.
+
+A learner knows no environment and no process: it receives batches and
+returns metrics (STYLE 8). :class:`Learner` is the generic part;
+:class:`PPOLearner` runs PPO's epochs of minibatches over a rollout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.losses.ppo import ppo_loss
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised when a loss or gradient becomes NaN/inf; the caller keeps its last good checkpoint."""
+
+
+class Learner:
+    """Adam(W) with optional linear lr annealing, global grad-norm clipping and AMP on CUDA."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        lr: float,
+        total_updates: int,
+        anneal_lr: bool = True,
+        warmup_updates: int = 0,
+        max_grad_norm: float | None = 0.5,
+        weight_decay: float = 0.0,
+        eps: float = 1e-5,
+        amp: bool = False,
+    ) -> None:
+        self.model = model
+        self.max_grad_norm = max_grad_norm
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=lr, eps=eps, weight_decay=weight_decay
+        )
+        total = max(1, total_updates)
+
+        def factor(update: int) -> float:
+            warm = min(1.0, (update + 1) / warmup_updates) if warmup_updates > 0 else 1.0
+            decay = max(0.0, 1.0 - update / total) if anneal_lr else 1.0
+            return warm * decay
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+        device = next(model.parameters()).device
+        self.amp = amp and device.type == "cuda"
+        # bfloat16 autocast needs no loss scaling; fp16-only GPUs fall back to a GradScaler.
+        self.amp_dtype = torch.bfloat16 if self.amp and torch.cuda.is_bf16_supported() else None
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype is None)
+        self.device_type = device.type
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Mixed-precision context for the forward pass (a no-op on CPU or with amp off)."""
+        if not self.amp:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.amp_dtype or torch.float16)
+
+    def step(self, loss: Tensor) -> Tensor:
+        """Backward, clip, optimizer step; returns the pre-clip gradient norm."""
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"loss is {loss.item()}; stopping before the weights change")
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.max_grad_norm if self.max_grad_norm else float("inf")
+        norm = nn.utils.clip_grad_norm_(params, max_norm)
+        if not torch.isfinite(norm) and not self.scaler.is_enabled():
+            raise NonFiniteLossError(f"gradient norm is {norm.item()}; stopping")
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return norm
+
+    def end_update(self) -> None:
+        """Advance the learning-rate schedule by one update (one rollout)."""
+        self.scheduler.step()
+
+    @property
+    def lr(self) -> float:
+        """Current learning rate."""
+        return self.optimizer.param_groups[0]["lr"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, schedule and scaler state for checkpoints."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+
+
+class PPOLearner(Learner):
+    """PPO (Schulman et al. 2017): several epochs of shuffled minibatches of segments."""
+
+    def __init__(self, model: nn.Module, *, ppo: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.epochs = ppo["epochs"]
+        self.num_minibatches = ppo["num_minibatches"]
+        self.target_kl = ppo.get("target_kl")
+        self.loss_kwargs = {
+            k: ppo[k]
+            for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef", "normalize_advantages")
+        }
+
+    def update(self, buffer: RolloutBuffer, generator: torch.Generator | None = None) -> dict:
+        """Train on one rollout; returns mean metrics (0-d tensors, no host sync per batch)."""
+        totals: dict[str, Tensor] = {}
+        count = 0
+        for _ in range(self.epochs):
+            kls = []
+            for batch in buffer.minibatches(self.num_minibatches, generator):
+                with self.autocast():
+                    log_prob, entropy, value, aux = self.model.evaluate(batch.segment)
+                loss, metrics = ppo_loss(
+                    log_prob.float(),
+                    batch.log_probs,
+                    batch.advantages,
+                    value.float(),
+                    batch.values,
+                    batch.returns,
+                    entropy.float(),
+                    mask=batch.mask,
+                    **self.loss_kwargs,
+                )
+                for k, v in aux.items():  # e.g. a ponder cost an agent adds to its loss
+                    if k.startswith("loss_"):
+                        loss = loss + v
+                    metrics[k] = v.detach()
+                metrics["grad_norm"] = self.step(loss)
+                for k, v in metrics.items():
+                    totals[k] = totals.get(k, 0.0) + v.detach().float()
+                kls.append(metrics["approx_kl"])
+                count += 1
+            if self.target_kl is not None and torch.stack(kls).mean() > self.target_kl:
+                break  # early stop (Schulman et al. 2017 baselines' target KL)
+        self.end_update()
+        out = {k: v / count for k, v in totals.items()}
+        out["lr"] = torch.tensor(self.lr)
+        return out

@@ -1,0 +1,148 @@
+"""Acting loop, rollout buffer and PPO learner together: replay fidelity, autoreset, truncation."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agents.memory_agent import MemoryAgent
+from envs.gym_vec import make_vector_env
+from envs.torch_envs import make_torch_env
+from rltrans.actors import LocalActor
+from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.learner import PPOLearner
+from rltrans.types import tree_map
+
+PPO = {
+    "epochs": 1,
+    "num_minibatches": 1,
+    "clip_coef": 0.2,
+    "vf_clip_coef": 0.2,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+    "normalize_advantages": True,
+}
+
+
+def small_agent(envs, backbone, memory=8):
+    return MemoryAgent(
+        envs.single_observation_space,
+        envs.single_action_space,
+        backbone=backbone,
+        dim=32,
+        layers=2,
+        heads=4,
+        memory=memory,
+    )
+
+
+@pytest.mark.parametrize("backbone", ["gtrxl", "trxl", "trxl_i", "lstm", "mlp"])
+@pytest.mark.parametrize("segment_length", [1, 8, 32])
+def test_replay_fidelity(backbone, segment_length):
+    """Invariant 5: the learner's first pass recomputes the acting log-probs and values."""
+    envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)  # many episode ends
+    agent = small_agent(envs, backbone)
+    buffer = RolloutBuffer(32, 4, segment_length, "cpu")
+    actor = LocalActor(envs, agent, seed=0, device="cpu")
+    actor.collect(buffer)
+    actor.collect(buffer)  # the second rollout starts with memory carried over
+    assert buffer.starts.any() and buffer.truncated.any() and buffer.terminated.any()
+    buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
+    (batch,) = buffer.minibatches(1)
+    log_prob, _, value, _ = agent.evaluate(batch.segment)
+    torch.testing.assert_close(log_prob, batch.log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(value, batch.values, atol=1e-5, rtol=0)
+
+    learner = PPOLearner(agent, ppo=PPO, lr=1e-3, total_updates=1)
+    metrics = learner.update(buffer)
+    assert abs(metrics["ratio_mean"].item() - 1.0) < 1e-5
+    assert metrics["approx_kl"].item() < 1e-9
+    assert metrics["clipfrac"].item() == 0.0
+
+
+def test_memory_is_stored_once_per_segment():
+    envs = make_torch_env("tmaze", 3)
+    agent = small_agent(envs, "gtrxl", memory=6)
+    buffer = RolloutBuffer(24, 3, 8, "cpu")
+    LocalActor(envs, agent, seed=0, device="cpu").collect(buffer)
+    assert len(buffer.memories) == 3
+    assert buffer.memories[0].hidden.shape == (3, 2, 6, 32)  # (N, Y, M, D), per segment
+    batches = list(buffer.minibatches(3))
+    assert sum(b.segment.starts.shape[0] for b in batches) == 9  # 3 segments x 3 envs
+
+
+def test_segments_reassemble_the_rollout():
+    buffer = RolloutBuffer(6, 2, 3, "cpu")
+    values = torch.arange(12.0).view(6, 2)  # value = 2 t + n
+    segs = buffer._segments(values)
+    assert segs.tolist() == [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11]]
+    with pytest.raises(ValueError, match="multiple of segment_length"):
+        RolloutBuffer(10, 2, 4, "cpu")
+
+
+def test_gymnasium_autoreset_has_no_dummy_transition():
+    """Every stored CartPole transition is real (reward 1) and the step after an episode end
+    is flagged as an episode start; with NEXT_STEP autoreset there would be reward-0 steps."""
+    envs = make_vector_env("CartPole-v1", 3, seed=0, env_kwargs={"max_episode_steps": 15})
+    agent = small_agent(envs, "gtrxl")
+    buffer = RolloutBuffer(40, 3, 8, "cpu")
+    LocalActor(envs, agent, seed=0, device="cpu").collect(buffer)
+    assert torch.all(buffer.rewards == 1.0)
+    ended = buffer.terminated | buffer.truncated
+    assert ended.any()
+    assert torch.equal(buffer.starts[1:], ended[:-1])
+    assert buffer.starts[0].all()  # the very first step starts every episode
+    envs.close()
+
+
+def test_truncation_bootstraps_from_final_observation():
+    """final_values hold V(final obs) of the truncated episode, not of the next one's start."""
+    envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=7)
+    agent = small_agent(envs, "mlp")  # memoryless, so V(final obs) is checkable directly
+    buffer = RolloutBuffer(16, 4, 8, "cpu")
+    infos = []
+    LocalActor(envs, agent, seed=0, device="cpu").collect(buffer, on_info=infos.append)
+    for t, info in enumerate(infos):
+        trunc = buffer.truncated[t]
+        if not trunc.any():
+            assert torch.all(buffer.final_values[t] == 0)
+            continue
+        with torch.no_grad():
+            expected = agent.value(agent.backbone.net(agent.encoder(info["final_obs"])))[:, 0]
+        torch.testing.assert_close(buffer.final_values[t][trunc], expected[trunc])
+    assert buffer.truncated.any()
+
+
+def test_peek_value_leaves_memory_untouched():
+    envs = make_torch_env("tmaze", 2)
+    agent = small_agent(envs, "gtrxl")
+    state = agent.initial_state(2)
+    obs = torch.randn(2, 4)
+    _, state = agent.act(obs, state, torch.ones(2, dtype=torch.bool))
+    before = tree_map(torch.clone, state)
+    agent.peek_value(obs, state)
+    for a, b in zip(before, state, strict=True):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+
+
+def test_dict_observations_flow_through_the_buffer():
+    space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (3,)), "b": gym.spaces.Discrete(5)})
+    agent = MemoryAgent(
+        space, gym.spaces.Discrete(2), backbone="gtrxl", dim=16, layers=1, heads=2, memory=4
+    )
+    buffer = RolloutBuffer(4, 2, 2, "cpu")
+    state = agent.initial_state(2)
+    done = torch.ones(2, dtype=torch.bool)
+    for t in range(4):
+        obs = {"a": torch.randn(2, 3), "b": torch.tensor([t % 5, 1])}
+        if t % 2 == 0:
+            buffer.record_memory(t, agent.state_to_memory(state))
+        out, state = agent.act(obs, state, done)
+        buffer.record_step(t, obs, done, out.action, out.log_prob, out.value)
+        buffer.record_outcome(t, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), 0.0)
+        done = torch.zeros(2, dtype=torch.bool)
+    buffer.compute_advantages(torch.zeros(2), 0.99, 0.95)
+    (batch,) = buffer.minibatches(1)
+    log_prob, _, _, _ = agent.evaluate(batch.segment)
+    torch.testing.assert_close(log_prob, batch.log_probs, atol=1e-5, rtol=0)
