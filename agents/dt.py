@@ -176,9 +176,9 @@ class FlattenSteps(nn.Module):
 
     def __init__(self, obs_shape: tuple[int, ...], dim: int | None = None) -> None:
         super().__init__()
-        self.out_dim = math.prod(obs_shape)
-        self.linear = nn.Identity() if dim is None else nn.Linear(self.out_dim, dim)
-        self.out_dim = dim or self.out_dim
+        flat = math.prod(obs_shape)
+        self.linear = nn.Identity() if dim is None else nn.Linear(flat, dim)
+        self.out_dim = flat if dim is None else dim
 
     def forward(self, x: Tensor) -> Tensor:
         """Flatten the dims after (B, K), then project."""
@@ -194,7 +194,8 @@ class ContextPolicy(nn.Module):
     Subclasses define `predict(batch) -> DTOutput` and set `self.context` (K).
     """
 
-    context: int
+    context: int  # K, the steps an acting context holds
+    action_codec: DiscreteActions | ContinuousActions  # set by the subclass
 
     def __init__(
         self,
@@ -211,6 +212,11 @@ class ContextPolicy(nn.Module):
         self.observation_space, self.action_space = observation_space, action_space
         self.obs_shape = tuple(observation_space.shape or ())
         self.normalize = normalizes_states(observation_space)
+        # Acting contexts store observations as given: indices, uint8 frames, or float32.
+        if isinstance(observation_space, gym.spaces.Discrete):
+            self.obs_dtype = torch.long
+        else:
+            self.obs_dtype = torch.uint8 if observation_space.dtype == np.uint8 else torch.float32
         stat_shape = self.obs_shape if self.normalize else ()
         # Registered (persistent) buffers: the checkpoint holds the data's statistics.
         self.register_buffer("state_mean", torch.zeros(stat_shape))
@@ -270,11 +276,6 @@ class ContextPolicy(nn.Module):
 
     # ---------------------------------------------------------------------------- acting
 
-    def _obs_dtype(self) -> torch.dtype:
-        if isinstance(self.observation_space, gym.spaces.Discrete):
-            return torch.long
-        return torch.uint8 if self.observation_space.dtype == np.uint8 else torch.float32
-
     def initial_state(self, num_envs: int, target_returns: Tensor | float = 0.0) -> DTState:
         """Empty contexts for N envs, each starting from its target return (N,) or one float."""
         n, k, dev = num_envs, self.context, self.device
@@ -283,12 +284,11 @@ class ContextPolicy(nn.Module):
         if target.shape != (n,):
             raise ValueError(f"target_returns has shape {tuple(target.shape)}, want ({n},)")
         blank = self.action_codec.blank(n, dev)  # (N,) or (N, A)
-        zeros_long = torch.zeros(n, k, dtype=torch.long, device=dev)
         return DTState(
             returns_to_go=torch.zeros(n, k, device=dev),
-            states=torch.zeros(n, k, *self.obs_shape, dtype=self._obs_dtype(), device=dev),
-            actions=torch.zeros_like(blank).unsqueeze(1).expand(n, k, *blank.shape[1:]).clone(),
-            timesteps=zeros_long,
+            states=torch.zeros(n, k, *self.obs_shape, dtype=self.obs_dtype, device=dev),
+            actions=torch.zeros(n, k, *blank.shape[1:], dtype=blank.dtype, device=dev),
+            timesteps=torch.zeros(n, k, dtype=torch.long, device=dev),
             valid=torch.zeros(n, dtype=torch.long, device=dev),
             next_return=target.clone(),
             target=target,
@@ -302,15 +302,10 @@ class ContextPolicy(nn.Module):
         def clear(x: Tensor) -> Tensor:
             return torch.where(d.view(-1, *[1] * (x.dim() - 1)), torch.zeros_like(x), x)
 
-        return DTState(
-            returns_to_go=clear(state.returns_to_go),
-            states=clear(state.states),
-            actions=clear(state.actions),
-            timesteps=clear(state.timesteps),
-            valid=clear(state.valid),
+        emptied = ("returns_to_go", "states", "actions", "timesteps", "valid", "time")
+        return state._replace(
+            **{name: clear(getattr(state, name)) for name in emptied},
             next_return=torch.where(d, state.target, state.next_return),
-            target=state.target,
-            time=clear(state.time),
         )
 
     def context_batch(self, state: DTState) -> TrajectoryBatch:
@@ -427,17 +422,10 @@ class DecisionTransformer(ContextPolicy):
         self.embed_timestep = nn.Embedding(max_timestep, dim)
         self.embed_norm = nn.LayerNorm(dim)  # LayerNorm of the token sequence (the DT code)
         self.embed_drop = nn.Dropout(dropout)  # GPT-2's embedding dropout
+        # GPT-2 as DT uses it (rltrans.backbones.causal); max_len counts tokens, 3 per step.
+        options = dict(position=position, gate=gate, norm=norm, dropout=dropout, kernel=kernel)
         self.transformer = causal_stack(
-            dim,
-            layers,
-            heads,
-            position=position,
-            gate=gate,
-            norm=norm,
-            dropout=dropout,
-            kernel=kernel,
-            init=init,
-            max_len=3 * context,
+            dim, layers, heads, max_len=3 * context, init=init, **options
         )
         self.next_return_head = nn.Linear(dim, 1) if predict_next else None
         self.next_state_head = None

@@ -39,8 +39,9 @@ class Learner:
     ) -> None:
         self.model = model
         self.max_grad_norm = max_grad_norm
+        # fused=True: one kernel for all parameters instead of a loop of small ops per tensor.
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=lr, eps=eps, weight_decay=weight_decay
+            model.parameters(), lr=lr, eps=eps, weight_decay=weight_decay, fused=True
         )
         total = max(1, total_updates)
 

@@ -58,7 +58,7 @@ def gpt2_init_(stack: TransformerStack) -> TransformerStack:
     for block in stack.blocks:
         attn = block.attn
         mlp_linears = [m for m in block.mlp.modules() if isinstance(m, nn.Linear)]
-        projections = [attn.q_proj, attn.kv_proj, *mlp_linears[:-1]]
+        projections = [attn.qkv_proj, *mlp_linears[:-1]]
         residual = [attn.out_proj, mlp_linears[-1]]
         for layer, std in [(p, GPT2_INIT_STD) for p in projections] + [
             (p, residual_std) for p in residual

@@ -276,7 +276,7 @@ class TrajectoryBuffer:
         positions = np.arange(k)  # (K,)
         mask = positions[None, :] >= pad[:, None]  # (B, K)
         # Flat row of every window slot; padded slots point at the first real row (zeroed below).
-        rows = first[:, None] + np.minimum(positions[None, :], real[:, None] - 1)  # (B, K)
+        rows = first[:, None] + np.maximum(positions[None, :] - pad[:, None], 0)  # (B, K)
 
         timesteps = np.minimum(rows - self.starts[episode][:, None], self.max_timestep - 1)
         batch = TrajectoryBatch(

@@ -170,9 +170,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dim={dim} must be divisible by heads={heads}")
         self.heads, self.head_dim = heads, dim // heads
         self.kernel = check_choice("attention kernel", kernel, KERNELS)
-        self.dropout = dropout
-        self.q_proj = nn.Linear(dim, dim, bias=bias)
-        self.kv_proj = nn.Linear(dim, 2 * dim, bias=bias)
+        self.dim, self.dropout = dim, dropout
+        # One [W_q ; W_k ; W_v] matmul for the current tokens; memory tokens use the k/v rows only.
+        self.qkv_proj = nn.Linear(dim, 3 * dim, bias=bias)
         self.out_proj = nn.Linear(dim, dim, bias=bias)
         self.scheme = scheme
 
@@ -183,7 +183,8 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of tokens x (B, S, D), each (B, H, S, D/H)."""
-        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        bias = self.qkv_proj.bias[self.dim :] if self.qkv_proj.bias is not None else None
+        k, v = F.linear(x, self.qkv_proj.weight[self.dim :], bias).chunk(2, dim=-1)
         return self.split_heads(k), self.split_heads(v)
 
     def forward(
@@ -200,8 +201,7 @@ class MultiHeadAttention(nn.Module):
         (k, v) so that callers can extend a cache.
         """
         b, length, dim = x.shape
-        q = self.split_heads(self.q_proj(x))  # (B, H, L, D/H)
-        k_cur, v_cur = self.project_kv(x)  # (B, H, L, D/H)
+        q, k_cur, v_cur = (self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
         if memory_kv is not None:
             k = torch.cat([memory_kv[0], k_cur], dim=2)  # (B, H, M+L, D/H)
             v = torch.cat([memory_kv[1], v_cur], dim=2)

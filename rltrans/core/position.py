@@ -14,6 +14,7 @@ M + i and its distance to key j is (M + i) - j.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal, get_args
 
@@ -31,6 +32,12 @@ def relative_distance(length: int, keys: int, device: torch.device | None = None
     q_pos = torch.arange(keys - length, keys, device=device).unsqueeze(1)  # (L, 1)
     k_pos = torch.arange(keys, device=device).unsqueeze(0)  # (1, S)
     return q_pos - k_pos
+
+
+@functools.lru_cache(maxsize=64)
+def descending_sinusoid(first: int, count: int, dim: int, device: torch.device) -> Tensor:
+    """Sinusoid features of first, first - 1, ..., first - count + 1 (cached: a constant table)."""
+    return sinusoid(torch.arange(first, first - count, -1, device=device), dim)
 
 
 def sinusoid(positions: Tensor, dim: int) -> Tensor:
@@ -246,8 +253,8 @@ class XLAttention(nn.Module):
 
     def relative_keys(self, keys: int, length: int, device: torch.device) -> Tensor:
         """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L."""
-        distances = torch.arange(keys - 1, -length - 1, -1, device=device)
-        r = self.r_proj(sinusoid(distances, self.dim).to(self.r_proj.weight.dtype))  # (W, D)
+        table = descending_sinusoid(keys - 1, keys + length, self.dim, device)  # (W, D)
+        r = self.r_proj(table.to(self.r_proj.weight.dtype))  # (W, D)
         return r.view(-1, self.heads, self.head_dim).transpose(0, 1)  # (H, W, E)
 
     @staticmethod

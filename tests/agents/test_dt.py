@@ -63,9 +63,9 @@ def test_causal_stack_defaults_are_gpt2():
     block = stack.blocks[0]
     assert block.attn.dropout == 0.1
     # GPT-2 init: N(0, 0.02) projections, residual projections scaled by 1/sqrt(2 * layers).
-    assert block.attn.q_proj.weight.std().item() == pytest.approx(0.02, rel=0.2)
+    assert block.attn.qkv_proj.weight.std().item() == pytest.approx(0.02, rel=0.2)
     assert block.attn.out_proj.weight.std().item() == pytest.approx(0.02 / 6**0.5, rel=0.2)
-    assert not block.attn.q_proj.bias.any()
+    assert not block.attn.qkv_proj.bias.any()
     with pytest.raises(ValueError, match="gpt2"):
         causal_stack(dim=16, layers=1, heads=1, init="xavier")
 
@@ -397,3 +397,43 @@ def test_bc_acting_ignores_target_and_matches_forward():
     torch.testing.assert_close(low, high)
     batch = windows_by_hand(obs[:, 0], act_low[:, 0], rewards[:, 0], 0.0, K)
     torch.testing.assert_close(low[:, 0], model(batch)[:, -1])
+
+
+def test_cartpole_data_to_vector_env_evaluation_with_per_env_targets():
+    """Buffer -> DT loss -> acting in a SAME_STEP vector env, one target per env: after each
+    episode end an env restarts from its own target with a one-step context."""
+    from envs.minari_data import collect_episodes
+    from envs.offline import OfflineDataset
+    from rltrans.buffers.trajectory import TrajectoryBuffer
+
+    env = gym.make("CartPole-v1")
+    episodes = collect_episodes("CartPole-v1", None, episodes=6, num_envs=2, progress=False)
+    ds = OfflineDataset(episodes, env.observation_space, env.action_space)
+    buffer = TrajectoryBuffer(ds, context=4)
+    model = DecisionTransformer(
+        buffer.observation_space, ds.action_space, dim=16, heads=1, context=4, stats=buffer.stats()
+    )
+    loss, _ = model.loss(buffer.sample(8))
+    loss.backward()
+    model.eval()
+
+    targets = torch.tensor([10.0, 20.0, 40.0])
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1")] * 3,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    obs, _ = envs.reset(seed=0)
+    state = model.initial_state(3, targets)
+    done = np.ones(3, dtype=bool)
+    ends = 0
+    for _ in range(60):
+        action, state = model.act(obs, state, done)
+        if done.any():  # fresh episodes: one real step, conditioned on their own target
+            assert (state.valid[done] == 1).all()
+            assert torch.equal(state.returns_to_go[done, -1], targets[done])
+        obs, reward, term, trunc, _ = envs.step(action.numpy())
+        state = model.observe(state, reward)
+        done = term | trunc
+        ends += int(done.sum())
+    assert ends > 0  # random-ish CartPole episodes end within 60 steps
+    envs.close()

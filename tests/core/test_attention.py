@@ -50,8 +50,8 @@ def test_mha_without_position_equals_torch_multihead_attention():
     ours = MultiHeadAttention(D, H, build_attention_position("none", D, H)).double()
     ref = torch.nn.MultiheadAttention(D, H, batch_first=True).double()
     with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.kv_proj.weight]))
-        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.kv_proj.bias]))
+        ref.in_proj_weight.copy_(ours.qkv_proj.weight)
+        ref.in_proj_bias.copy_(ours.qkv_proj.bias)
         ref.out_proj.weight.copy_(ours.out_proj.weight)
         ref.out_proj.bias.copy_(ours.out_proj.bias)
     x = torch.randn(3, 7, D, dtype=torch.float64)
