@@ -102,17 +102,39 @@ class MemoryState(NamedTuple):
         hidden = self.hidden[:, :, w].transpose(0, 1).contiguous()  # (N, Y, M, D), a copy
         return Memory(hidden, self.valid[:, w].clone(), self.time.clone())
 
+    def step_mask(self) -> Tensor:
+        """(N, 1, 1, M+1) attention mask of the current step over [window ; itself].
+
+        The current step goes to slot c + M (the twin of slot c, whose copy at c still
+        holds the window's oldest step), so [window ; current] is the slice [c, c+M]."""
+        self.valid[:, self.cursor + self.size] = True
+        return self.valid[:, self.cursor : self.cursor + self.size + 1].view(
+            -1, 1, 1, self.size + 1
+        )
+
+    def layer_cache(self, layer: int) -> RingKV:
+        """The key/value cache of one layer for this step."""
+        return RingKV(self, layer)
+
     def write(self, layer: int, hidden: Tensor, key: Tensor, value: Tensor) -> None:
-        """Store one step of one layer: hidden (N, D), key/value (N, H, D/H), in both ring slots."""
+        """Store one step of one layer, hidden (N, D) and key/value (N, H, D/H), in both slots."""
+        self.write_hidden(layer, hidden)
         for slot in (self.cursor, self.cursor + self.size):
-            self.hidden[layer, :, slot] = hidden
             self.keys[layer, :, :, slot] = key
             self.values[layer, :, :, slot] = value
 
-    def advance(self) -> MemoryState:
-        """Mark the step just written valid and move the cursor."""
+    def write_hidden(self, layer: int, hidden: Tensor) -> None:
+        """Store one step's input of one layer, hidden (N, D), in both ring slots."""
         for slot in (self.cursor, self.cursor + self.size):
-            self.valid[:, slot] = True
+            self.hidden[layer, :, slot] = hidden
+
+    def advance(self) -> MemoryState:
+        """Copy the step's keys/values to their twin slot, mark it valid, move the cursor."""
+        c, m = self.cursor, self.size
+        self.keys[:, :, :, c] = self.keys[:, :, :, c + m]
+        self.values[:, :, :, c] = self.values[:, :, :, c + m]
+        self.valid[:, c] = True
+        self.valid[:, c + m] = True
         self.time.add_(1)
         return self._replace(cursor=(self.cursor + 1) % self.size)
 
@@ -138,3 +160,18 @@ def next_window_validity(
         key_episode = torch.cat([episode.new_zeros(b, size), episode], dim=1)  # (B, M+L)
         valid = valid & (key_episode == episode[:, -1:])
     return last_steps(valid, size), positions[:, -1] + 1
+
+
+class RingKV(NamedTuple):
+    """One layer's key/value cache for one acting step (see MultiHeadAttention's ``cache``)."""
+
+    state: MemoryState
+    layer: int
+
+    def extend(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the current key/value (N, H, 1, E) at slot c + M; return [window ; current]."""
+        s, c, m = self.state, self.state.cursor, self.state.size
+        s.keys[self.layer, :, :, c + m] = key[:, :, 0]
+        s.values[self.layer, :, :, c + m] = value[:, :, 0]
+        span = slice(c, c + m + 1)
+        return s.keys[self.layer, :, :, span], s.values[self.layer, :, :, span]

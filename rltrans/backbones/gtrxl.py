@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from rltrans.core.attention import Kernel, sequence_mask
-from rltrans.core.block import NormPlacement, SublayerActivation, build_block
+from rltrans.core.block import FFActivation, NormPlacement, SublayerActivation, build_block
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName, build_input_position
 from rltrans.memory import Memory, MemoryState, last_steps, next_window_validity
@@ -71,6 +71,7 @@ class TransformerStack(nn.Module):
         norm: NormPlacement = "pre",
         sublayer_activation: SublayerActivation = "relu",
         ff_mult: int = 4,
+        ff_activation: FFActivation = "gelu",
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         gate_bias: float = 2.0,
@@ -99,6 +100,7 @@ class TransformerStack(nn.Module):
                 gate=gate,
                 sublayer_activation=sublayer_activation,
                 ff_mult=ff_mult,
+                ff_activation=ff_activation,
                 dropout=dropout,
                 attn_dropout=attn_dropout,
                 gate_bias=gate_bias,
@@ -203,13 +205,9 @@ class TransformerStack(nn.Module):
         """
         if done is not None:
             state = state.reset_where(done.bool())
-        w = state.window()
         h = self.add_input_position(x.unsqueeze(1), state.time.unsqueeze(1))  # (N, 1, D)
-        # The query sees its valid window and itself: (N, 1, 1, M+1).
-        mask = torch.cat([state.valid[:, w], state.valid.new_ones(x.shape[0], 1)], dim=1)
-        mask = mask.view(x.shape[0], 1, 1, -1)
+        mask = state.step_mask()  # (N, 1, 1, M+1): the valid window and the query itself
         for i, block in enumerate(self.blocks):
-            layer_input = h[:, 0]
-            h, (k, v) = block(h, (state.keys[i][:, :, w], state.values[i][:, :, w]), mask)
-            state.write(i, layer_input, k[:, :, 0], v[:, :, 0])
+            state.write_hidden(i, h[:, 0])
+            h, _ = block(h, mask=mask, cache=state.layer_cache(i))
         return self.final_norm(h[:, 0]), state.advance()

@@ -18,7 +18,7 @@ the diagonal (a query's own key) visible, so no row is ever fully masked and
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -192,17 +192,24 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         memory_kv: tuple[Tensor, Tensor] | None = None,
         mask: Tensor | None = None,
+        *,
+        cache: Any = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Attend from x (B, L, D) over ``[memory ; x]``.
 
         memory_kv: keys and values of the memory tokens, (B, H, M, D/H) each,
-        already projected (acting passes its cache, training projects the stored
-        hidden states). Returns the output (B, L, D) and the current tokens' own
-        (k, v) so that callers can extend a cache.
+        already projected (training projects the stored hidden states); they are
+        concatenated with the current tokens' keys/values. cache: instead, an object
+        whose ``extend(k_cur, v_cur)`` stores the current keys/values next to the
+        cached window and returns [window ; current] as views, with no copy of the
+        window (acting, see :class:`rltrans.memory.RingKV`). Returns the output
+        (B, L, D) and the current tokens' own (k, v).
         """
         b, length, dim = x.shape
         q, k_cur, v_cur = (self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
-        if memory_kv is not None:
+        if cache is not None:
+            k, v = cache.extend(k_cur, v_cur)  # (B, H, M+L, D/H) views of the ring buffer
+        elif memory_kv is not None:
             k = torch.cat([memory_kv[0], k_cur], dim=2)  # (B, H, M+L, D/H)
             v = torch.cat([memory_kv[1], v_cur], dim=2)
         else:

@@ -15,7 +15,7 @@ by the same LayerNorm as the current ones before projection
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from torch import Tensor, nn
 
@@ -29,13 +29,19 @@ SublayerActivation = Literal["relu", "none"]
 ACTIVATIONS: tuple[str, ...] = get_args(SublayerActivation)
 
 
-class FeedForward(nn.Module):
-    """Position-wise MLP: Linear -> GELU -> Dropout -> Linear."""
+FFActivation = Literal["gelu", "relu"]
+FF_ACTIVATIONS: tuple[str, ...] = get_args(FFActivation)
 
-    def __init__(self, dim: int, hidden: int, dropout: float) -> None:
+
+class FeedForward(nn.Module):
+    """Position-wise MLP: Linear -> GELU or ReLU -> Dropout -> Linear."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float, activation: FFActivation) -> None:
         super().__init__()
+        check_choice("feed-forward activation", activation, FF_ACTIVATIONS)
+        act = nn.GELU() if activation == "gelu" else nn.ReLU()
         self.net = nn.Sequential(
-            nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim)
+            nn.Linear(dim, hidden), act, nn.Dropout(dropout), nn.Linear(hidden, dim)
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -55,6 +61,7 @@ class TransformerBlock(nn.Module):
         gate: GateName = "gru",
         sublayer_activation: SublayerActivation = "relu",
         ff_mult: int = 4,
+        ff_activation: FFActivation = "gelu",
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         gate_bias: float = 2.0,
@@ -65,7 +72,7 @@ class TransformerBlock(nn.Module):
         check_choice("sublayer activation", sublayer_activation, ACTIVATIONS)
         scheme = build_attention_position(position, dim, heads, shaw_max_distance=shaw_max_distance)
         self.attn = MultiHeadAttention(dim, heads, scheme, dropout=attn_dropout, kernel=kernel)
-        self.mlp = FeedForward(dim, ff_mult * dim, dropout)
+        self.mlp = FeedForward(dim, ff_mult * dim, dropout, ff_activation)
         self.gate1 = build_gate(gate, dim, gate_bias=gate_bias)
         self.gate2 = build_gate(gate, dim, gate_bias=gate_bias)
         self.norm1 = nn.LayerNorm(dim)
@@ -78,9 +85,14 @@ class TransformerBlock(nn.Module):
         raise NotImplementedError  # pragma: no cover - defined by the placements below
 
     def forward(
-        self, x: Tensor, memory_kv: tuple[Tensor, Tensor] | None = None, mask: Tensor | None = None
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
+        mask: Tensor | None = None,
+        *,
+        cache: Any = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """x (B, L, D) -> (B, L, D) and the current tokens' (k, v) for a cache."""
+        """x (B, L, D) -> (B, L, D) and the current (k, v); memory as in MultiHeadAttention."""
         raise NotImplementedError  # pragma: no cover
 
 
@@ -92,10 +104,15 @@ class PreNormBlock(TransformerBlock):
         return self.attn.project_kv(self.norm1(memory))
 
     def forward(
-        self, x: Tensor, memory_kv: tuple[Tensor, Tensor] | None = None, mask: Tensor | None = None
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
+        mask: Tensor | None = None,
+        *,
+        cache: Any = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Gated attention then gated MLP, each on a normalised copy of the stream."""
-        a, kv = self.attn(self.norm1(x), memory_kv, mask)
+        a, kv = self.attn(self.norm1(x), memory_kv, mask, cache=cache)
         x = self.gate1(x, self.act(self.drop(a)))
         m = self.mlp(self.norm2(x))
         return self.gate2(x, self.act(self.drop(m))), kv
@@ -109,10 +126,15 @@ class PostNormBlock(TransformerBlock):
         return self.attn.project_kv(memory)
 
     def forward(
-        self, x: Tensor, memory_kv: tuple[Tensor, Tensor] | None = None, mask: Tensor | None = None
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
+        mask: Tensor | None = None,
+        *,
+        cache: Any = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Attention and MLP sub-layers, each followed by gate and LayerNorm."""
-        a, kv = self.attn(x, memory_kv, mask)
+        a, kv = self.attn(x, memory_kv, mask, cache=cache)
         x = self.norm1(self.gate1(x, self.act(self.drop(a))))
         m = self.mlp(x)
         return self.norm2(self.gate2(x, self.act(self.drop(m)))), kv

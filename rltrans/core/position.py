@@ -283,8 +283,12 @@ class XLAttention(nn.Module):
     ) -> Tensor:
         """Add the relative term (b)+(d) as a bias and attend with (q + u)."""
         length, keys = q.shape[2], k.shape[2]
+        b, h, _, e = q.shape
         r = self.relative_keys(keys, length, q.device).to(q.dtype)  # (H, W, E)
-        bd = (q + self.v) @ r.transpose(-1, -2)  # (B, H, L, W)
+        # Heads as the batch of one bmm: broadcasting r over B in a matmul would copy it B times.
+        qv = (q + self.v).transpose(0, 1).reshape(h, b * length, e)  # (H, B*L, E)
+        bd = torch.bmm(qv, r.transpose(1, 2)).view(h, b, length, -1).transpose(0, 1)  # (B,H,L,W)
+        bd = bd.contiguous()
         bias = self.shift(bd, keys) * (1.0 / math.sqrt(self.head_dim))  # (B, H, L, S)
         return attend(q + self.u, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
 

@@ -1,0 +1,213 @@
+"""Memory-policy speed: acting latency per step and PPO training SPS, as ratios in one run.
+
+Part 1, acting latency (16 envs, memory M=64, vector observations, full agent.act):
+  * GTrXL with the key/value cache (rltrans' acting path),
+  * GTrXL re-projecting the memory's keys/values every step (memory of hidden states, no cache),
+  * GTrXL recomputing the whole window of M+1 steps every step (no memory at all),
+  * an LSTM policy of equal backbone parameter count, and one of equal width,
+  at ~1M backbone parameters (3 layers x 128, 4 heads) and at 3 layers x 384, 4 heads.
+
+Part 2, PPO training SPS on the small config of a popular PPO-TrXL script (4 layers x 64,
+1 head, M=16, 16 envs x 128 steps, 8 minibatches x 4 epochs) for agent=trxl and agent=gtrxl,
+split into env / act / learn time.
+
+    python benchmarks/throughput.py [--threads 1] [--repeats 200] [--updates 3] [--env tmaze]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from agents.memory_agent import MemoryAgent
+from rltrans.config import load_config, to_container
+
+OBS = gym.spaces.Box(-1.0, 1.0, (8,), np.float32)
+ACT = gym.spaces.Discrete(4)
+ENVS, MEMORY = 16, 64
+
+
+def backbone_params(agent: MemoryAgent) -> int:
+    """Parameters of the backbone alone (encoder and heads excluded)."""
+    return sum(p.numel() for p in agent.backbone.parameters())
+
+
+def lstm_hidden_for(params: int, width: int) -> int:
+    """Hidden size h of a 1-layer LSTM on width-dim inputs with about ``params`` parameters:
+    4 (h*width + h*h + 2h) = params."""
+    a, b, c = 4.0, 4.0 * (width + 2), -float(params)
+    return int(round((-b + (b * b - 4 * a * c) ** 0.5) / (2 * a)))
+
+
+class RecomputeWindow:
+    """Acting without any memory: rerun the stack on the last M+1 encoded inputs each step."""
+
+    def __init__(self, agent: MemoryAgent) -> None:
+        self.agent = agent
+        self.window = torch.zeros(ENVS, MEMORY + 1, agent.backbone.dim)
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """One step: slide the window, run the stack, sample from the last position."""
+        self.window = torch.cat([self.window[:, 1:], self.agent.encoder(obs)[:, None]], dim=1)
+        h, _ = self.agent.backbone(self.window, None)
+        return self.agent.policy(h[:, -1]).sample()
+
+
+class HiddenMemoryNoCache:
+    """Acting with a memory of hidden states whose keys/values are re-projected every step."""
+
+    def __init__(self, agent: MemoryAgent) -> None:
+        self.agent = agent
+        self.memory = agent.backbone.empty_memory(ENVS)
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """One step through the training forward with L=1."""
+        h, self.memory = self.agent.backbone(self.agent.encoder(obs)[:, None], self.memory)
+        return self.agent.policy(h[:, 0]).sample()
+
+
+def time_acting(act, repeats: int) -> float:
+    """Median milliseconds per acting step after warm-up."""
+    obs = torch.randn(ENVS, OBS.shape[0])
+    for _ in range(10):
+        act(obs)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        act(obs)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def acting_rows(dim: int, layers: int, heads: int, repeats: int) -> list[tuple[str, int, float]]:
+    """(name, backbone params, ms/step) for the five acting variants at one size."""
+    torch.manual_seed(0)
+    kw = {"dim": dim, "layers": layers, "heads": heads, "memory": MEMORY}
+    gtrxl = MemoryAgent(OBS, ACT, backbone="gtrxl", **kw).eval()
+    params = backbone_params(gtrxl)
+    hidden = lstm_hidden_for(params, dim)
+    lstm_p = MemoryAgent(OBS, ACT, backbone="lstm", dim=dim, layers=1).eval()
+    lstm_p.backbone = torch.nn.LSTM(dim, hidden, batch_first=True)  # parameter-matched
+    lstm_w = MemoryAgent(OBS, ACT, backbone="lstm", dim=dim, layers=1).eval()
+
+    state = {"g": gtrxl.initial_state(ENVS), "w": lstm_w.initial_state(ENVS)}
+    done = torch.zeros(ENVS, dtype=torch.bool)
+
+    def cached(obs):
+        out, state["g"] = gtrxl.act(obs, state["g"], done)
+        return out.action
+
+    def lstm_width(obs):
+        out, state["w"] = lstm_w.act(obs, state["w"], done)
+        return out.action
+
+    hc = (torch.zeros(1, ENVS, hidden), torch.zeros(1, ENVS, hidden))
+    head = torch.nn.Linear(hidden, ACT.n)
+    value = torch.nn.Linear(hidden, 1)
+
+    @torch.inference_mode()
+    def lstm_params(obs):
+        nonlocal hc
+        y, hc = lstm_p.backbone(lstm_p.encoder(obs)[:, None], hc)
+        value(y[:, 0])
+        return torch.distributions.Categorical(logits=head(y[:, 0])).sample()
+
+    lstm_param_count = sum(p.numel() for p in lstm_p.backbone.parameters())
+    variants = [
+        ("gtrxl, kv cache", params, cached),
+        ("gtrxl, memory without kv cache", params, HiddenMemoryNoCache(gtrxl).act),
+        ("gtrxl, recompute window", params, RecomputeWindow(gtrxl).act),
+        (f"lstm, equal params (h={hidden})", lstm_param_count, lstm_params),
+        (f"lstm, equal width (h={dim})", backbone_params(lstm_w), lstm_width),
+    ]
+    samples = {name: [] for name, _, _ in variants}
+    for _ in range(3):  # interleave so that machine noise hits every variant alike
+        for name, _, fn in variants:
+            samples[name].append(time_acting(fn, max(1, repeats // 3)))
+    return [(name, p, min(samples[name])) for name, p, _ in variants]
+
+
+def training_sps(agent: str, env: str, updates: int) -> dict[str, float]:
+    """PPO steps per second at the reference small config, with the env/act/learn split."""
+    from envs import make_env
+    from rltrans.actors import LocalActor
+    from rltrans.buffers.rollout import RolloutBuffer
+    from rltrans.learner import PPOLearner
+    from rltrans.train import build_agent
+
+    overrides = [
+        f"agent={agent}",
+        f"env={env}",
+        "agent.dim=64",
+        "agent.layers=4",
+        "agent.heads=1",
+        "agent.memory=16",
+        "env.num_envs=16",
+        "algo.num_steps=128",
+        "algo.num_minibatches=8",
+        "algo.epochs=4",
+    ]
+    cfg = load_config(overrides)
+    torch.manual_seed(0)
+    envs = make_env(cfg.env, seed=0)
+    model = build_agent(cfg, envs.single_observation_space, envs.single_action_space, "cpu")
+    algo = cfg.algo
+    buffer = RolloutBuffer(algo.num_steps, envs.num_envs, algo.segment_length, "cpu")
+    actor = LocalActor(envs, model, seed=0, device="cpu")
+    learner = PPOLearner(model, ppo=to_container(algo), lr=algo.lr, total_updates=updates + 1)
+    totals = {"env": 0.0, "act": 0.0, "learn": 0.0}
+    for i in range(updates + 1):  # the first update is warm-up
+        actor.collect(buffer)
+        buffer.compute_advantages(actor.bootstrap_value(), algo.gamma, algo.gae_lambda)
+        t0 = time.perf_counter()
+        learner.update(buffer)
+        learn = time.perf_counter() - t0
+        timings = actor.pop_timings()
+        if i > 0:
+            totals["env"] += timings["env"]
+            totals["act"] += timings["act"]
+            totals["learn"] += learn
+    envs.close()
+    steps = updates * algo.num_steps * envs.num_envs
+    return {"SPS": steps / sum(totals.values()), **{k: v / updates for k, v in totals.items()}}
+
+
+def main() -> None:
+    """Print both tables."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=150)
+    p.add_argument("--updates", type=int, default=3)
+    p.add_argument("--env", default="tmaze", help="env config for the SPS part")
+    p.add_argument("--skip-acting", action="store_true")
+    p.add_argument("--skip-training", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"# torch {torch.__version__}, threads={args.threads}, envs={ENVS}, memory M={MEMORY}")
+    if not args.skip_acting:
+        for dim, layers, heads in ((128, 3, 4), (384, 3, 4)):
+            rows = acting_rows(dim, layers, heads, args.repeats)
+            base = rows[0][2]
+            print(f"\n## acting, {layers} layers x {dim}, {heads} heads")
+            print(f"{'variant':38s} {'backbone params':>15s} {'ms/step':>8s} {'x cached':>9s}")
+            for name, params, ms in rows:
+                print(f"{name:38s} {params:15,d} {ms:8.3f} {ms / base:9.2f}")
+    if not args.skip_training:
+        print(f"\n## PPO training, 4 layers x 64, 1 head, M=16, 16 envs x 128 steps, env={args.env}")
+        print(f"{'agent':8s} {'SPS':>7s} {'env s':>7s} {'act s':>7s} {'learn s':>8s}  (per update)")
+        for agent in ("trxl", "gtrxl"):
+            r = training_sps(agent, args.env, args.updates)
+            print(
+                f"{agent:8s} {r['SPS']:7.0f} {r['env']:7.2f} {r['act']:7.2f} {r['learn']:8.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
