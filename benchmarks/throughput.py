@@ -41,7 +41,7 @@ def lstm_hidden_for(params: int, width: int) -> int:
     """Hidden size h of a 1-layer LSTM on width-dim inputs with about ``params`` parameters:
     4 (h*width + h*h + 2h) = params."""
     a, b, c = 4.0, 4.0 * (width + 2), -float(params)
-    return int(round((-b + (b * b - 4 * a * c) ** 0.5) / (2 * a)))
+    return round((-b + (b * b - 4 * a * c) ** 0.5) / (2 * a))
 
 
 class RecomputeWindow:
@@ -79,10 +79,10 @@ def time_acting(act, repeats: int) -> float:
     for _ in range(10):
         act(obs)
     times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    for _ in range(repeats):  # process CPU time: robust to other load on a shared machine
+        t0 = time.process_time()
         act(obs)
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     return 1e3 * statistics.median(times)
 
 
@@ -200,13 +200,13 @@ def main() -> None:
             for name, params, ms in rows:
                 print(f"{name:38s} {params:15,d} {ms:8.3f} {ms / base:9.2f}")
     if not args.skip_training:
-        print(f"\n## PPO training, 4 layers x 64, 1 head, M=16, 16 envs x 128 steps, env={args.env}")
+        print(
+            f"\n## PPO training, 4 layers x 64, 1 head, M=16, 16 envs x 128 steps, env={args.env}"
+        )
         print(f"{'agent':8s} {'SPS':>7s} {'env s':>7s} {'act s':>7s} {'learn s':>8s}  (per update)")
         for agent in ("trxl", "gtrxl"):
             r = training_sps(agent, args.env, args.updates)
-            print(
-                f"{agent:8s} {r['SPS']:7.0f} {r['env']:7.2f} {r['act']:7.2f} {r['learn']:8.2f}"
-            )
+            print(f"{agent:8s} {r['SPS']:7.0f} {r['env']:7.2f} {r['act']:7.2f} {r['learn']:8.2f}")
 
 
 if __name__ == "__main__":

@@ -65,8 +65,10 @@ def attend(
     >>> attend(q, k, v).shape
     torch.Size([2, 4, 8, 16])
     """
-    if kernel == "sdpa":
+    if kernel == "sdpa" and not (bias is not None and bias.requires_grad):
         # SDPA accepts either a boolean mask or one float bias: fold them when both are given.
+        # A bias that needs a gradient (xl's relative term in training) sends SDPA to its
+        # unfused fallback, which is slower than the reference math below, so use that.
         attn_mask = mask if bias is None else mask_to_bias(mask, bias, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
     probs = attention_probs(q, k, mask=mask, bias=bias)
@@ -79,11 +81,13 @@ def attention_probs(
     q: Tensor, k: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None
 ) -> Tensor:
     """Reference attention weights softmax(q k^T / sqrt(E) + bias), masked: (B, H, L, S)."""
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, L, S)
+    # Scale the small q, not the (L, S) scores; then add and mask in place: every full-size
+    # pass over (B, H, L, S) costs as much as a matmul here, so there are as few as possible.
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)  # (B, H, L, S)
     if bias is not None:
-        scores = scores + bias
+        scores += bias
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores.masked_fill_(~mask, float("-inf"))
     return scores.softmax(dim=-1)
 
 

@@ -285,11 +285,11 @@ class XLAttention(nn.Module):
         length, keys = q.shape[2], k.shape[2]
         b, h, _, e = q.shape
         r = self.relative_keys(keys, length, q.device).to(q.dtype)  # (H, W, E)
-        # Heads as the batch of one bmm: broadcasting r over B in a matmul would copy it B times.
-        qv = (q + self.v).transpose(0, 1).reshape(h, b * length, e)  # (H, B*L, E)
-        bd = torch.bmm(qv, r.transpose(1, 2)).view(h, b, length, -1).transpose(0, 1)  # (B,H,L,W)
-        bd = bd.contiguous()
-        bias = self.shift(bd, keys) * (1.0 / math.sqrt(self.head_dim))  # (B, H, L, S)
+        # Heads as the batch of one bmm (broadcasting r over B would copy it B times), and the
+        # shift applied in that (H, B, L, W) layout, so the (L, S) bias is never copied.
+        qv = ((q + self.v) * (1.0 / math.sqrt(e))).transpose(0, 1).reshape(h, b * length, e)
+        bd = torch.bmm(qv, r.transpose(1, 2)).view(h, b, length, -1)  # (H, B, L, W)
+        bias = self.shift(bd, keys).transpose(0, 1)  # (B, H, L, S), a view
         return attend(q + self.u, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
 
 

@@ -1,0 +1,250 @@
+"""Decision Transformer training throughput: rltrans vs HuggingFace, tokens per second.
+
+The paper's Gym configuration (Chen et al. 2021, appendix A): batch 64, context K = 20 (3K =
+60 tokens per window), 128-dim, 3 layers, 1 head, dropout 0.1, on Hopper-sized data (11-dim
+states, 3-dim Box actions in [-1, 1], timestep embedding of 1000). One training step is forward,
+masked MSE action loss, backward, gradient clipping at 0.25 and AdamW. Both models get the
+same pre-generated batches (data loading is not timed; ``rltrans+sampling`` adds
+`TrajectoryBuffer.sample` for the full picture) and the same optimizer (fused AdamW).
+
+The reference is ``transformers.DecisionTransformerModel`` (HF's port of the DT code: GPT-2
+with ReLU MLP, per-modality embeddings), measured in the same process, interleaved with
+rltrans in every round so that load on the machine hits both alike. Then a breakdown of
+where each step's time goes (forward / backward / optimizer) and torch.profiler's top ops.
+
+    python benchmarks/dt_throughput.py [--steps 20] [--rounds 3] [--threads 0] [--device cpu]
+
+If ``transformers`` is not installed (``pip install -e ".[bench]"``) the script measures
+rltrans alone and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agents.dt import DecisionTransformer
+from envs.offline import Episode, OfflineDataset
+from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryBuffer, TrajectoryStats
+
+STATE_DIM, ACT_DIM, MAX_EP_LEN = 11, 3, 1000  # Hopper-v3 sizes, as in the paper's Gym runs
+
+
+def make_batches(n: int, b: int, k: int, device: torch.device) -> list[TrajectoryBatch]:
+    """Random full windows (no padding) of the benchmark shape."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n):
+        start = torch.randint(0, MAX_EP_LEN - k, (b, 1), generator=g)
+        batch = TrajectoryBatch(
+            states=torch.randn(b, k, STATE_DIM, generator=g),
+            actions=torch.rand(b, k, ACT_DIM, generator=g) * 2 - 1,
+            returns_to_go=torch.rand(b, k, 1, generator=g) * 3000,
+            timesteps=start + torch.arange(k),
+            mask=torch.ones(b, k, dtype=torch.bool),
+        )
+        out.append(batch.to(device))
+    return out
+
+
+class Runner:
+    """One implementation's training step, split in timed phases."""
+
+    def __init__(self, name: str, forward_loss: Callable, model: torch.nn.Module, clip: float):
+        self.name, self.forward_loss, self.model = name, forward_loss, model
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=1e-4, weight_decay=1e-4, fused=True
+        )
+        self.clip = clip
+        self.phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+
+    def step(self, batch: TrajectoryBatch, sync: Callable[[], None]) -> None:
+        """Forward + loss, backward, clip + AdamW; adds each phase's seconds to self.phases."""
+        t0 = time.perf_counter()
+        loss = self.forward_loss(batch)
+        sync()
+        t1 = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        sync()
+        t3 = time.perf_counter()
+        self.phases["forward"] += t1 - t0
+        self.phases["backward"] += t2 - t1
+        self.phases["optimizer"] += t3 - t2
+
+
+def rltrans_runner(args, device) -> Runner:
+    """rltrans DecisionTransformer at the paper config, trained as rltrans.offline does."""
+    obs = gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
+    act = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+    stats = TrajectoryStats(torch.zeros(STATE_DIM), torch.ones(STATE_DIM), 1000.0, MAX_EP_LEN)
+    model = DecisionTransformer(
+        obs, act, dim=128, layers=3, heads=1, context=args.context, dropout=0.1, stats=stats
+    ).to(device)
+    model.train()
+    return Runner("rltrans", lambda batch: model.loss(batch)[0], model, 0.25)
+
+
+def hf_runner(args, device) -> Runner | None:
+    """transformers.DecisionTransformerModel with the same sizes, or None if not installed."""
+    try:
+        import transformers
+        from transformers import DecisionTransformerConfig, DecisionTransformerModel
+    except ImportError:
+        return None
+    transformers.logging.set_verbosity_error()
+    config = DecisionTransformerConfig(
+        state_dim=STATE_DIM,
+        act_dim=ACT_DIM,
+        hidden_size=128,
+        n_layer=3,
+        n_head=1,
+        n_inner=4 * 128,
+        resid_pdrop=0.1,
+        embd_pdrop=0.1,
+        attn_pdrop=0.1,
+        max_ep_len=MAX_EP_LEN,
+        action_tanh=True,
+    )
+    model = DecisionTransformerModel(config).to(device)
+    model.train()
+
+    def forward_loss(batch: TrajectoryBatch) -> torch.Tensor:
+        # HF's training example: states pre-normalised, returns-to-go pre-scaled, mask as float.
+        out = model(
+            states=batch.states,
+            actions=batch.actions,
+            returns_to_go=batch.returns_to_go / 1000.0,
+            timesteps=batch.timesteps,
+            attention_mask=batch.mask.float(),
+            return_dict=True,
+        )
+        pred = out.action_preds[batch.mask]  # (B*K, A) real steps
+        return F.mse_loss(pred, batch.actions[batch.mask])
+
+    runner = Runner("HF transformers", forward_loss, model, 0.25)
+    runner.attn = model.config._attn_implementation  # type: ignore[attr-defined]
+    runner.version = transformers.__version__  # type: ignore[attr-defined]
+    return runner
+
+
+def sampling_runner(args, device, base: Runner) -> tuple[Runner, Callable]:
+    """rltrans with a TrajectoryBuffer.sample in each step (Hopper-sized synthetic episodes)."""
+    rng = np.random.default_rng(0)
+    episodes = [
+        Episode(
+            rng.standard_normal((MAX_EP_LEN, STATE_DIM)).astype(np.float32),
+            rng.uniform(-1, 1, (MAX_EP_LEN, ACT_DIM)).astype(np.float32),
+            rng.random(MAX_EP_LEN).astype(np.float32),
+        )
+        for _ in range(100)
+    ]
+    data = OfflineDataset(
+        episodes,
+        gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32),
+        gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32),
+    )
+    buffer = TrajectoryBuffer(data, args.context, seed=0)
+    runner = Runner("rltrans+sampling", base.forward_loss, base.model, 0.25)
+    runner.optimizer = base.optimizer
+    return runner, lambda: buffer.sample(args.batch, device=device)
+
+
+def profile_top_ops(runner: Runner, batch: TrajectoryBatch, steps: int, rows: int) -> str:
+    """torch.profiler's top ops by self CPU time over a few steps of one implementation."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if batch.mask.is_cuda:
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            runner.step(batch, lambda: None)
+    sort = "self_cuda_time_total" if batch.mask.is_cuda else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=sort, row_limit=rows, max_name_column_width=40)
+
+
+def main() -> None:
+    """Measure, print the table, the ratio and the breakdown."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--context", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = default")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--profile-steps", type=int, default=5, help="0 = no profiler tables")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    ours = rltrans_runner(args, device)
+    reference = hf_runner(args, device)
+    runners = [ours] if reference is None else [ours, reference]
+    sampled, sample = sampling_runner(args, device, ours)
+    batches = make_batches(4, args.batch, args.context, device)
+    tokens = args.batch * 3 * args.context  # per step
+    print(
+        f"DT training throughput | batch {args.batch}, K {args.context} ({3 * args.context} "
+        f"tokens/window), 128-dim, 3 layers, 1 head, dropout 0.1 | device {device} | torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads"
+    )
+    if reference is None:
+        print("reference: transformers is NOT installed (pip install -e '.[bench]'); rltrans only")
+    else:
+        print(f"reference: transformers {reference.version} DecisionTransformerModel, "
+              f"attention implementation {reference.attn!r}")  # fmt: skip
+    params = {r.name: sum(p.numel() for p in r.model.parameters()) for r in runners}
+    for r in [*runners, sampled]:  # warm-up: allocator, kernels, optimizer state
+        for i in range(3):
+            r.step(sample() if r is sampled else batches[i % 4], sync)
+        r.phases = dict.fromkeys(r.phases, 0.0)
+
+    per_round: dict[str, list[float]] = {r.name: [] for r in [*runners, sampled]}
+    for _ in range(args.rounds):
+        for r in [*runners, sampled]:
+            t0 = time.perf_counter()
+            for i in range(args.steps):
+                r.step(sample() if r is sampled else batches[i % 4], sync)
+            per_round[r.name].append(args.steps * tokens / (time.perf_counter() - t0))
+
+    print(f"\n{'implementation':20s} {'params':>9s} {'tokens/s':>10s} {'steps/s':>8s} "
+          f"{'fwd ms':>7s} {'bwd ms':>7s} {'opt ms':>7s}")  # fmt: skip
+    total_steps = args.rounds * args.steps
+    for r in [*runners, sampled]:
+        rate = statistics.median(per_round[r.name])
+        ms = {k: 1e3 * v / total_steps for k, v in r.phases.items()}
+        n = params.get(r.name, params["rltrans"])
+        print(f"{r.name:20s} {n:9d} {rate:10.0f} {rate / tokens:8.2f} "
+              f"{ms['forward']:7.1f} {ms['backward']:7.1f} {ms['optimizer']:7.1f}")  # fmt: skip
+    if reference is not None:
+        ratio = statistics.median(per_round["rltrans"]) / statistics.median(
+            per_round[reference.name]
+        )
+        print(f"\nratio rltrans / HF transformers (tokens/s, median of {args.rounds} rounds): "
+              f"{ratio:.2f}x")  # fmt: skip
+    if args.profile_steps:
+        for r in runners:
+            print(f"\n== top ops, {r.name} ({args.profile_steps} steps) ==")
+            print(profile_top_ops(r, batches[0], args.profile_steps, rows=12))
+
+
+if __name__ == "__main__":
+    main()

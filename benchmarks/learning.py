@@ -1,0 +1,115 @@
+"""Learning results: memory policies against the memoryless control, through the real CLI.
+
+Each run is `python -m rltrans.train` (in-process) with the overrides below; the
+learning curve is read back from the run's TensorBoard events. Printed per run:
+steps to reach the threshold (or "-"), final metric, SPS.
+
+Tasks (issue 3): T-maze with corridor 30 (success rate, threshold 0.95), repeat-previous
+(return, threshold 0.9), CartPole-v1 through the Gymnasium path (return, threshold 475).
+
+    python benchmarks/learning.py                                  # everything, 3 seeds
+    python benchmarks/learning.py --tasks tmaze30 --agents gtrxl mlp --seeds 1 --steps 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rltrans.train import main as train
+
+TASKS = {
+    "tmaze30": {
+        "overrides": ["env=tmaze", "env.kwargs.length=30"],
+        "metric": "charts/success_rate",
+        "threshold": 0.95,
+    },
+    "repeat_previous": {
+        "overrides": ["env=repeat_previous"],
+        "metric": "charts/episodic_return",
+        "threshold": 0.9,
+    },
+    "cartpole": {
+        "overrides": ["env=gym", "env.id=CartPole-v1", "env.num_envs=8"],
+        "metric": "charts/episodic_return",
+        "threshold": 475.0,
+    },
+}
+AGENT_OVERRIDES = {
+    "gtrxl": ["agent=gtrxl", "agent.memory=32"],
+    "trxl": ["agent=trxl", "agent.memory=32"],
+    "lstm": ["agent=lstm"],
+    "mlp": ["agent=mlp"],
+}
+
+
+def curve(run_dir: Path, metric: str) -> list[tuple[int, float]]:
+    """(step, value) pairs of one scalar from a run's TensorBoard events."""
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    if metric not in acc.Tags()["scalars"]:
+        return []
+    return [(e.step, e.value) for e in acc.Scalars(metric)]
+
+
+def run(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:
+    """Train once and summarise the learning curve."""
+    spec = TASKS[task]
+    run_dir = root / f"{task}-{agent}-s{seed}"
+    args = [
+        *AGENT_OVERRIDES[agent],
+        *spec["overrides"],
+        f"seed={seed}",
+        f"total_steps={steps}",
+        f"run_dir={run_dir}",
+        "progress=false",
+        "torch_threads=1",
+        "checkpoint_every=1000000",
+    ]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        train(args)
+    summary = json.loads(out.getvalue().strip().splitlines()[-1])
+    points = curve(run_dir, spec["metric"])
+    reached = next((s for s, v in points if v >= spec["threshold"]), None)
+    final = points[-1][1] if points else float("nan")
+    return {"steps_to_threshold": reached, "final": final, "SPS": summary["SPS"]}
+
+
+def main() -> None:
+    """Run the grid and print one row per run plus per-(task, agent) means."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    p.add_argument(
+        "--agents", nargs="+", default=["gtrxl", "lstm", "mlp"], choices=list(AGENT_OVERRIDES)
+    )
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=500_000)
+    p.add_argument("--out", default=None, help="keep the runs here (default: a temp dir)")
+    args = p.parse_args()
+    root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rltrans-learning-"))
+    print(f"# runs in {root}; {args.steps} env steps per run")
+    print(f"{'task':16s} {'agent':6s} {'seed':>4s} {'to threshold':>12s} {'final':>8s} {'SPS':>6s}")
+    for task in args.tasks:
+        for agent in args.agents:
+            finals = []
+            for seed in range(1, args.seeds + 1):
+                r = run(task, agent, seed, args.steps, root)
+                finals.append(r["final"])
+                reach = f"{r['steps_to_threshold']:,}" if r["steps_to_threshold"] else "-"
+                row = f"{task:16s} {agent:6s} {seed:4d} {reach:>12s} {r['final']:8.3f}"
+                print(f"{row} {r['SPS']:6.0f}", flush=True)
+            print(
+                f"{task:16s} {agent:6s} mean {'':>12s} {statistics.mean(finals):8.3f}", flush=True
+            )
+
+
+if __name__ == "__main__":
+    main()
