@@ -186,3 +186,14 @@ def test_small_init_gives_near_uniform_policy() -> None:
 def test_unsupported_action_space_lists_supported(space: spaces.Space) -> None:
     with pytest.raises(ValueError, match=r"not supported; supported: Discrete, MultiDiscrete, Box"):
         build_action_head(space, IN)
+
+
+def test_categorical_samples_follow_the_probabilities():
+    """The Gumbel-max sampler draws from softmax(logits), masked (-inf) entries never."""
+    from agents.heads import CategoricalDist
+
+    probs = torch.tensor([0.1, 0.2, 0.7, 0.0])
+    dist = CategoricalDist(probs.log().expand(100_000, 4), event_ndim=0)
+    freq = torch.bincount(dist.sample(), minlength=4).float() / 100_000
+    torch.testing.assert_close(freq, probs, atol=0.01, rtol=0)
+    assert freq[3] == 0
