@@ -40,7 +40,7 @@ from envs.spaces import obs_to_tensor
 from rltrans.backbones.causal import Init, causal_stack
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryStats, normalizes_states
 from rltrans.core.attention import Kernel
-from rltrans.core.block import NormPlacement
+from rltrans.core.block import FFActivation, NormPlacement
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName
 from rltrans.losses.dt import dt_action_loss
@@ -371,9 +371,10 @@ class ContextPolicy(nn.Module):
 class DecisionTransformer(ContextPolicy):
     """Return-conditioned policy over the last K (R, s, a) steps (Chen et al. 2021).
 
-    Defaults are the paper's Gym setting (3 layers, 1 head, D 128, K 20, dropout 0.1);
-    Atari used 6 layers, 8 heads, K 30 (50 for Pong). `max_timestep` defaults to the stats'
-    (the data's longest episode) or 1000; later timesteps share the last embedding.
+    Defaults are the paper's Gym setting (3 layers, 1 head, D 128, K 20, dropout 0.1, ReLU
+    MLP); Atari used 6 layers, 8 heads, K 30 (50 for Pong) and GELU. `max_timestep`
+    defaults to the stats' (the data's longest episode) or 1000; later timesteps share the
+    last embedding.
 
     Example:
         >>> model = DecisionTransformer(env.observation_space, env.action_space,
@@ -395,6 +396,7 @@ class DecisionTransformer(ContextPolicy):
         position: PositionName = "none",
         gate: GateName = "residual",
         norm: NormPlacement = "pre",
+        activation: FFActivation = "relu",
         action_tanh: bool = True,
         predict_next: bool = False,
         kernel: Kernel = "sdpa",
@@ -424,6 +426,7 @@ class DecisionTransformer(ContextPolicy):
         self.embed_drop = nn.Dropout(dropout)  # GPT-2's embedding dropout
         # GPT-2 as DT uses it (rltrans.backbones.causal); max_len counts tokens, 3 per step.
         options = dict(position=position, gate=gate, norm=norm, dropout=dropout, kernel=kernel)
+        options["ff_activation"] = activation  # the DT Gym code's GPT-2 MLP uses ReLU
         self.transformer = causal_stack(
             dim, layers, heads, max_len=3 * context, init=init, **options
         )

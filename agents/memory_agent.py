@@ -1,16 +1,29 @@
 """Memory policies for online RL: observation encoder + backbone + policy and value heads.
 
-One recipe serves every backbone (GTrXL, TrXL, TrXL-I, LSTM/GRU, the MLP
-control): the backbone is picked once at build time from ``backbone=`` and
-hides its memory behind the interface of :mod:`rltrans.backbones.rnn`.
+One recipe serves every backbone (GTrXL, TrXL, TrXL-I, the Universal
+Transformer with ACT, LSTM/GRU, the MLP control): the backbone is picked once
+at build time from ``backbone=`` and hides its memory behind the interface of
+:mod:`rltrans.backbones.rnn`.
+
+Return signatures: every backbone's ``forward`` and ``step`` return ``(h,
+memory)`` first; a backbone with ``returns_aux = True`` (the Universal
+Transformer) appends a dict of per-token ACT outputs (ponder cost, halting
+steps, ...). Acting reads the first two elements of either; training turns
+the optional third into loss terms and statistics with a function picked once
+at build time, so ``act`` and ``evaluate`` hold no branch on the backbone kind.
 
 Agent interface (ARCHITECTURE.md): ``initial_state(num_envs)``,
 ``act(obs, state, done) -> (ActOutput, state)``, ``evaluate(segment) ->
-(log_prob, entropy, value, aux)``.
+(log_prob, entropy, value, aux)``. ``aux`` follows the learner's convention
+(:class:`rltrans.learner.PPOLearner`): ``loss_*`` entries are added to the
+loss, other 0-d entries are logged as ``losses/<name>``, and (B, L) entries
+with one value per token are logged as histograms ``charts/<name>``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal, NamedTuple, get_args
 
 import gymnasium as gym
@@ -21,11 +34,15 @@ from agents.encoders import build_encoder, layer_init
 from agents.heads import build_action_head
 from rltrans.backbones.gtrxl import PRESETS, TransformerStack
 from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
+from rltrans.backbones.universal import UniversalTransformer
 from rltrans.core.attention import check_choice
 from rltrans.types import Segment, Tree, tree_map
 
-BackboneName = Literal["gtrxl", "trxl", "trxl_i", "lstm", "gru", "mlp"]
+BackboneName = Literal["gtrxl", "trxl", "trxl_i", "universal", "lstm", "gru", "mlp"]
 BACKBONES: tuple[str, ...] = get_args(BackboneName)
+DEFAULT_LAYERS = 3  # Y of the stacked backbones when ``layers`` is not given
+DEFAULT_TAU = 0.01  # ponder-cost weight (the Universal Transformer's act_loss_weight)
+Aux = dict[str, Tensor]
 
 
 class ActOutput(NamedTuple):
@@ -36,9 +53,23 @@ class ActOutput(NamedTuple):
     value: Tensor
 
 
-def build_backbone(name: BackboneName, dim: int, layers: int, heads: int, memory: int, **kw):
-    """The backbone module for a name; transformer options (position, gate, ...) go in kw."""
+def build_backbone(
+    name: BackboneName, dim: int, layers: int | None, heads: int, memory: int, **kw: Any
+) -> nn.Module:
+    """The backbone module for a name; transformer options (position, gate, ...) go in kw.
+
+    ``universal`` takes no ``layers``: one shared block is applied up to
+    ``max_steps`` times (Dehghani et al. 2019), so ``max_steps`` is its depth.
+    """
     check_choice("backbone", name, BACKBONES)
+    if name == "universal":
+        if layers is not None:
+            raise ValueError(
+                "backbone 'universal' has no layers: one shared block is applied up to "
+                "max_steps times; set max_steps instead"
+            )
+        return UniversalTransformer(dim, heads, memory=memory, **kw)
+    layers = DEFAULT_LAYERS if layers is None else layers
     if name in PRESETS:
         return TransformerStack.preset(name, dim, layers, heads, memory=memory, **kw)
     if kw:
@@ -48,8 +79,38 @@ def build_backbone(name: BackboneName, dim: int, layers: int, heads: int, memory
     return MLPBackbone(dim, layers)
 
 
+def no_aux() -> Aux:
+    """Training aux of a backbone without auxiliary outputs: nothing to add or log."""
+    return {}
+
+
+def ponder_aux(aux: Aux, *, tau: float) -> Aux:
+    """Ponder loss and halting statistics from a Universal Transformer's (B, L) aux.
+
+    ``loss_ponder = tau * mean(N + R)``: Graves 2016's ponder cost with time
+    penalty tau (section 2.1, "Limiting Computation Time"; Dehghani et al.
+    2019 add it to the task loss the same way). N is piecewise constant, so the
+    gradient reaches the halting unit through the remainders R.
+    ``ponder_mean``/``ponder_max`` summarise the halting steps N per token (the
+    learner averages them over minibatches, so ``losses/ponder_max`` is a mean
+    of per-minibatch maxima), ``halt_prob_mean`` the halting probabilities h,
+    and ``ponder_steps`` (B, L) keeps N per token for the histogram.
+    """
+    steps = aux["ponder_steps"].detach()  # (B, L) N per token
+    return {
+        "loss_ponder": tau * aux["ponder_cost"].mean(),
+        "ponder_mean": steps.mean(),
+        "ponder_max": steps.max(),
+        "halt_prob_mean": aux["halt_prob_mean"].detach().mean(),
+        "ponder_steps": steps,
+    }
+
+
 class MemoryAgent(nn.Module):
     """Actor-critic with a shared sequence backbone.
+
+    ``tau`` weighs the ponder cost of a pondering backbone (``universal``;
+    default 0.01) and is an error for the others.
 
     >>> env = gym.make("CartPole-v1")
     >>> agent = MemoryAgent(env.observation_space, env.action_space, backbone="gtrxl", dim=32,
@@ -67,9 +128,10 @@ class MemoryAgent(nn.Module):
         *,
         backbone: BackboneName = "gtrxl",
         dim: int = 128,
-        layers: int = 3,
+        layers: int | None = None,
         heads: int = 4,
         memory: int = 64,
+        tau: float | None = None,
         encoder: dict[str, Any] | None = None,
         **backbone_options: Any,
     ) -> None:
@@ -79,6 +141,18 @@ class MemoryAgent(nn.Module):
         self.backbone = build_backbone(backbone, dim, layers, heads, memory, **backbone_options)
         self.policy = build_action_head(action_space, dim)
         self.value = layer_init(nn.Linear(dim, 1), gain=1.0)
+        # What evaluate() makes of the backbone's optional third output, chosen once here
+        # (STYLE 3); module-level functions and partials keep the agent picklable.
+        self.training_aux: Callable[..., Aux] = no_aux
+        if getattr(self.backbone, "returns_aux", False):
+            tau = DEFAULT_TAU if tau is None else tau
+            if tau < 0:
+                raise ValueError(f"tau (ponder-cost weight) must be >= 0, got {tau}")
+            self.training_aux = partial(ponder_aux, tau=tau)
+        elif tau is not None:
+            raise ValueError(
+                f"tau (ponder-cost weight) only applies to backbone 'universal', not {backbone!r}"
+            )
 
     @property
     def device(self) -> torch.device:
@@ -98,7 +172,7 @@ class MemoryAgent(nn.Module):
         self, obs: Tree, state: Tree, done: Tensor, *, deterministic: bool = False
     ) -> tuple[ActOutput, Tree]:
         """One step for N envs: obs (N, ...), done (N,) = a new episode starts at this obs."""
-        h, state = self.backbone.step(self.encoder(obs), state, done)
+        h, state = self.backbone.step(self.encoder(obs), state, done)[:2]  # aux, if any, unused
         dist = self.policy(h)
         action = dist.mode() if deterministic else dist.sample()
         return ActOutput(action, dist.log_prob(action), self.value(h)[..., 0]), state
@@ -109,11 +183,15 @@ class MemoryAgent(nn.Module):
 
         Used to bootstrap truncated episodes from their final observation.
         """
-        h, _ = self.backbone.step(self.encoder(obs), tree_map(torch.clone, state), None)
+        h = self.backbone.step(self.encoder(obs), tree_map(torch.clone, state), None)[0]
         return self.value(h)[..., 0]
 
-    def evaluate(self, segment: Segment) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
-        """Recompute log-probs, entropies and values (B, L) of stored segments."""
-        h, _ = self.backbone(self.encoder(segment.obs), segment.memory, starts=segment.starts)
+    def evaluate(self, segment: Segment) -> tuple[Tensor, Tensor, Tensor, Aux]:
+        """Recompute log-probs, entropies and values (B, L) of stored segments, plus aux."""
+        # (h, memory) or (h, memory, aux): ``extra`` holds the aux dict where there is one.
+        h, _, *extra = self.backbone(
+            self.encoder(segment.obs), segment.memory, starts=segment.starts
+        )
         dist = self.policy(h)
-        return dist.log_prob(segment.actions), dist.entropy(), self.value(h)[..., 0], {}
+        aux = self.training_aux(*extra)
+        return dist.log_prob(segment.actions), dist.entropy(), self.value(h)[..., 0], aux

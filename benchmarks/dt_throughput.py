@@ -9,10 +9,13 @@ same pre-generated batches (data loading is not timed; ``rltrans+sampling`` adds
 
 The reference is ``transformers.DecisionTransformerModel`` (HF's port of the DT code: GPT-2
 with ReLU MLP, per-modality embeddings), measured in the same process, interleaved with
-rltrans in every round so that load on the machine hits both alike. Then a breakdown of
-where each step's time goes (forward / backward / optimizer) and torch.profiler's top ops.
+rltrans in every round so that load on the machine hits both alike. On CPU the clock is the
+process's CPU time with one torch thread (default), so other jobs on a shared machine do not
+count. Then a breakdown of where each step's time goes: forward / backward / optimizer per
+step, ablation rows (``--ablations``: the core's GELU instead of DT's ReLU, the MLP without
+the core's hidden-layer dropout, both models without any dropout), and torch.profiler's top ops.
 
-    python benchmarks/dt_throughput.py [--steps 20] [--rounds 3] [--threads 0] [--device cpu]
+    python benchmarks/dt_throughput.py [--steps 20] [--rounds 3] [--threads 1] [--device cpu]
 
 If ``transformers`` is not installed (``pip install -e ".[bench]"``) the script measures
 rltrans alone and says so.
@@ -35,6 +38,7 @@ from envs.offline import Episode, OfflineDataset
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryBuffer, TrajectoryStats
 
 STATE_DIM, ACT_DIM, MAX_EP_LEN = 11, 3, 1000  # Hopper-v3 sizes, as in the paper's Gym runs
+CLOCK = time.process_time  # CPU: this process's CPU time; CUDA runs switch to wall time
 
 
 def make_batches(n: int, b: int, k: int, device: torch.device) -> list[TrajectoryBatch]:
@@ -67,36 +71,67 @@ class Runner:
 
     def step(self, batch: TrajectoryBatch, sync: Callable[[], None]) -> None:
         """Forward + loss, backward, clip + AdamW; adds each phase's seconds to self.phases."""
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         loss = self.forward_loss(batch)
         sync()
-        t1 = time.perf_counter()
+        t1 = CLOCK()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         sync()
-        t2 = time.perf_counter()
+        t2 = CLOCK()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
         sync()
-        t3 = time.perf_counter()
+        t3 = CLOCK()
         self.phases["forward"] += t1 - t0
         self.phases["backward"] += t2 - t1
         self.phases["optimizer"] += t3 - t2
 
 
-def rltrans_runner(args, device) -> Runner:
-    """rltrans DecisionTransformer at the paper config, trained as rltrans.offline does."""
+def rltrans_runner(args, device, name: str = "rltrans", **options) -> Runner:
+    """rltrans DecisionTransformer at the paper config (configs/agent/dt.yaml defaults)."""
     obs = gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
     act = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
     stats = TrajectoryStats(torch.zeros(STATE_DIM), torch.ones(STATE_DIM), 1000.0, MAX_EP_LEN)
     model = DecisionTransformer(
-        obs, act, dim=128, layers=3, heads=1, context=args.context, dropout=0.1, stats=stats
+        obs,
+        act,
+        dim=128,
+        layers=3,
+        heads=1,
+        context=args.context,
+        stats=stats,
+        **{"dropout": 0.1, **options},
     ).to(device)
     model.train()
-    return Runner("rltrans", lambda batch: model.loss(batch)[0], model, 0.25)
+    return Runner(name, lambda batch: model.loss(batch)[0], model, 0.25)
 
 
-def hf_runner(args, device) -> Runner | None:
+def without_mlp_hidden_dropout(runner: Runner) -> Runner:
+    """Ablation: remove the dropout inside each block's MLP (GPT-2 has none there)."""
+    for block in runner.model.transformer.blocks:
+        for module in block.mlp.modules():
+            for name, child in module.named_children():
+                if isinstance(child, torch.nn.Dropout):
+                    setattr(module, name, torch.nn.Identity())
+    return runner
+
+
+def ablations(args, device, reference: Runner | None) -> list[Runner]:
+    """Rows that show where rltrans's time goes relative to the reference."""
+    rows = [
+        rltrans_runner(args, device, "  rltrans, GELU MLP", activation="gelu"),
+        without_mlp_hidden_dropout(rltrans_runner(args, device, "  rltrans, no MLP-hidden drop")),
+        rltrans_runner(args, device, "  rltrans, no dropout", dropout=0.0),
+    ]
+    if reference is not None:
+        no_drop = hf_runner(args, device, dropout=0.0)
+        no_drop.name = "  HF, no dropout"
+        rows.append(no_drop)
+    return rows
+
+
+def hf_runner(args, device, dropout: float = 0.1) -> Runner | None:
     """transformers.DecisionTransformerModel with the same sizes, or None if not installed."""
     try:
         import transformers
@@ -111,9 +146,9 @@ def hf_runner(args, device) -> Runner | None:
         n_layer=3,
         n_head=1,
         n_inner=4 * 128,
-        resid_pdrop=0.1,
-        embd_pdrop=0.1,
-        attn_pdrop=0.1,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
         max_ep_len=MAX_EP_LEN,
         action_tanh=True,
     )
@@ -182,7 +217,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--context", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = default")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads; 0 = default")
+    parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--profile-steps", type=int, default=5, help="0 = no profiler tables")
     args = parser.parse_args()
@@ -190,6 +226,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     torch.manual_seed(0)
+    global CLOCK
+    if device.type == "cuda" or torch.get_num_threads() > 1:
+        CLOCK = time.perf_counter  # CPU time would add up the threads
 
     def sync() -> None:
         if device.type == "cuda":
@@ -197,42 +236,48 @@ def main() -> None:
 
     ours = rltrans_runner(args, device)
     reference = hf_runner(args, device)
-    runners = [ours] if reference is None else [ours, reference]
     sampled, sample = sampling_runner(args, device, ours)
+    extra = ablations(args, device, reference) if args.ablations else []
+    # Rows in print order; the ablations of each implementation follow it.
+    rows = [ours, sampled, *[r for r in extra if "HF" not in r.name]]
+    if reference is not None:
+        rows += [reference, *[r for r in extra if "HF" in r.name]]
     batches = make_batches(4, args.batch, args.context, device)
     tokens = args.batch * 3 * args.context  # per step
     print(
         f"DT training throughput | batch {args.batch}, K {args.context} ({3 * args.context} "
         f"tokens/window), 128-dim, 3 layers, 1 head, dropout 0.1 | device {device} | torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads"
+        f"{torch.__version__}, {torch.get_num_threads()} threads | clock: "
+        f"{'process CPU time' if CLOCK is time.process_time else 'wall time'}"
     )
     if reference is None:
         print("reference: transformers is NOT installed (pip install -e '.[bench]'); rltrans only")
     else:
         print(f"reference: transformers {reference.version} DecisionTransformerModel, "
               f"attention implementation {reference.attn!r}")  # fmt: skip
-    params = {r.name: sum(p.numel() for p in r.model.parameters()) for r in runners}
-    for r in [*runners, sampled]:  # warm-up: allocator, kernels, optimizer state
-        for i in range(3):
+
+    def run(r: Runner, steps: int) -> None:
+        for i in range(steps):
             r.step(sample() if r is sampled else batches[i % 4], sync)
+
+    for r in rows:  # warm-up: allocator, kernels, optimizer state
+        run(r, 3)
         r.phases = dict.fromkeys(r.phases, 0.0)
+    per_round: dict[str, list[float]] = {r.name: [] for r in rows}
+    for _ in range(args.rounds):  # interleaved, so a busy spell hits every row alike
+        for r in rows:
+            t0 = CLOCK()
+            run(r, args.steps)
+            per_round[r.name].append(args.steps * tokens / (CLOCK() - t0))
 
-    per_round: dict[str, list[float]] = {r.name: [] for r in [*runners, sampled]}
-    for _ in range(args.rounds):
-        for r in [*runners, sampled]:
-            t0 = time.perf_counter()
-            for i in range(args.steps):
-                r.step(sample() if r is sampled else batches[i % 4], sync)
-            per_round[r.name].append(args.steps * tokens / (time.perf_counter() - t0))
-
-    print(f"\n{'implementation':20s} {'params':>9s} {'tokens/s':>10s} {'steps/s':>8s} "
+    print(f"\n{'implementation':30s} {'params':>8s} {'tokens/s':>9s} {'steps/s':>8s} "
           f"{'fwd ms':>7s} {'bwd ms':>7s} {'opt ms':>7s}")  # fmt: skip
     total_steps = args.rounds * args.steps
-    for r in [*runners, sampled]:
+    for r in rows:
         rate = statistics.median(per_round[r.name])
         ms = {k: 1e3 * v / total_steps for k, v in r.phases.items()}
-        n = params.get(r.name, params["rltrans"])
-        print(f"{r.name:20s} {n:9d} {rate:10.0f} {rate / tokens:8.2f} "
+        n = sum(p.numel() for p in r.model.parameters())
+        print(f"{r.name:30s} {n:8d} {rate:9.0f} {rate / tokens:8.2f} "
               f"{ms['forward']:7.1f} {ms['backward']:7.1f} {ms['optimizer']:7.1f}")  # fmt: skip
     if reference is not None:
         ratio = statistics.median(per_round["rltrans"]) / statistics.median(
@@ -241,8 +286,8 @@ def main() -> None:
         print(f"\nratio rltrans / HF transformers (tokens/s, median of {args.rounds} rounds): "
               f"{ratio:.2f}x")  # fmt: skip
     if args.profile_steps:
-        for r in runners:
-            print(f"\n== top ops, {r.name} ({args.profile_steps} steps) ==")
+        for r in [ours] if reference is None else [ours, reference]:
+            print(f"\n== top ops by self time, {r.name} ({args.profile_steps} steps) ==")
             print(profile_top_ops(r, batches[0], args.profile_steps, rows=12))
 
 

@@ -40,7 +40,12 @@ MissingFinal = Literal["error", "repeat_last"]
 
 
 class EpisodePolicy(Protocol):
-    """What `collect_episodes` needs from a policy (memory policies reset where `done`)."""
+    """What `collect_episodes` needs from a policy (memory policies reset where `done`).
+
+    A policy may also define `observe(state, rewards) -> state`, called with the rewards (N,)
+    of every step: return-conditioned policies (Decision Transformer) count them down from
+    their target return.
+    """
 
     def initial_state(self, num_envs: int) -> Any:
         """Per-env state for `num_envs` envs (None for memoryless policies)."""
@@ -359,6 +364,7 @@ def _collect(
     envs.action_space.seed(seed)
     obs, _ = envs.reset(seed=seed)
     state = policy.initial_state(n) if policy is not None else None
+    observe = getattr(policy, "observe", None)  # optional hook, looked up once
     done = np.ones(n, dtype=bool)  # every env starts an episode at the first step
     slot = np.arange(n)  # start-order number of each env's current episode
     next_slot = n
@@ -379,6 +385,8 @@ def _collect(
                 actions = np.where(mask, random_actions, actions).astype(random_actions.dtype)
         next_obs, rewards, terminated, truncated, info = envs.step(actions)
         done = np.logical_or(terminated, truncated)
+        if observe is not None:
+            state = observe(state, rewards)
         for i in range(n):
             if slot[i] < quota:  # episodes started after the quota are run but not recorded
                 steps[i].append((np.array(obs[i]), np.array(actions[i]), float(rewards[i])))

@@ -8,15 +8,28 @@ checkpoint is 7 GB of uint8 frames, and its episodes are slices of that one arra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
-__all__ = ["Episode", "OfflineDataset", "make_eval_env_fn"]
+__all__ = [
+    "DATASET_KINDS",
+    "Episode",
+    "OfflineDataset",
+    "detect_dataset_kind",
+    "env_config_from_spec",
+    "load_dataset",
+    "make_eval_env_fn",
+]
+
+DatasetKind = Literal["auto", "minari", "dqn_replay"]
+DATASET_KINDS = ("auto", "minari", "dqn_replay")
 
 
 @dataclass
@@ -138,3 +151,99 @@ def make_eval_env_fn(dataset: OfflineDataset, **kwargs: Any) -> Callable[[], gym
             "yourself with gymnasium.make(<id>)"
         )
     return lambda: gym.make(spec, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# One entry point for every reader, and the evaluation env as an env config
+
+
+def detect_dataset_kind(name: str) -> str:
+    """'minari' or 'dqn_replay' for a dataset id (the rule of ``dataset_kind=auto``).
+
+    An id with a namespace (``rltrans/cartpole-mixed-v0``) or a Minari dataset present locally
+    is Minari; a d4rl-atari id (``pong-mixed-v0``, ``breakout-epoch-3-v1``) is DQN Replay;
+    anything else is Minari (whose missing-dataset error lists the local datasets).
+    """
+    from envs.dqn_replay import parse_d4rl_atari_id
+
+    if "/" in name:
+        return "minari"
+    from minari.storage.datasets_root_dir import get_dataset_path
+
+    if (Path(get_dataset_path(name)) / "data").exists():
+        return "minari"
+    try:
+        parse_d4rl_atari_id(name)
+    except ValueError:
+        return "minari"
+    return "dqn_replay"
+
+
+def load_dataset(
+    name: str,
+    kind: DatasetKind = "auto",
+    *,
+    download: bool = False,
+    dqn_replay: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> OfflineDataset:
+    """Load an offline dataset by id: a Minari id or a d4rl-atari (DQN Replay) id.
+
+    `dqn_replay` holds keyword arguments of `envs.dqn_replay.dqn_replay_episodes` (root,
+    check_size, padding, ...); `download` lets Minari fetch a dataset that is not local.
+
+    Example:
+        >>> ds = load_dataset("rltrans/cartpole-mixed-v0")  # doctest: +SKIP
+        >>> ds = load_dataset("pong-mixed-v0", dqn_replay={"root": "/data/dqn"})  # doctest: +SKIP
+    """
+    if kind not in DATASET_KINDS:
+        raise ValueError(f"dataset_kind={kind!r}; valid: {list(DATASET_KINDS)}")
+    if kind == "auto":
+        kind = detect_dataset_kind(name)  # type: ignore[assignment]
+    if kind == "minari":
+        from envs.minari_data import load_minari
+
+        return load_minari(name, download=download, progress=progress)
+    from envs.dqn_replay import dqn_replay_episodes
+
+    return dqn_replay_episodes(name, progress=progress, **dict(dqn_replay or {}))
+
+
+def _wrapper_path(entry_point: Any) -> str:
+    """An import path ``module:Name`` for a WrapperSpec entry point (string or callable)."""
+    if isinstance(entry_point, str):
+        return entry_point
+    return f"{entry_point.__module__}:{entry_point.__qualname__}"
+
+
+def env_config_from_spec(spec: EnvSpec, num_envs: int = 1) -> dict[str, Any]:
+    """The ``kind: gym`` env config (configs/env/gym.yaml) that rebuilds `spec` in a vector env.
+
+    Keyword arguments, the step limit and the spec's additional wrappers (e.g. the Atari
+    preprocessing and frame stacking of DQN Replay's evaluation env) are kept, so
+    `envs.make_env` builds exactly the env a dataset records; ``atari: off`` because such a
+    spec carries its own preprocessing. The id must be registered (``module:EnvId`` ids import
+    their module first).
+
+    Example:
+        >>> env_config_from_spec(gym.spec("CartPole-v1"), 4)["kwargs"]
+        {'max_episode_steps': 500}
+    """
+    if not re.fullmatch(r"[\w.:/-]+", spec.id or ""):
+        raise ValueError(f"environment spec has no usable id: {spec!r}")
+    kwargs = dict(spec.kwargs)
+    if spec.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = int(spec.max_episode_steps)
+    wrappers = [
+        {"path": _wrapper_path(w.entry_point), "kwargs": dict(w.kwargs or {})}
+        for w in spec.additional_wrappers
+    ]
+    return {
+        "kind": "gym",
+        "id": spec.id,
+        "num_envs": int(num_envs),
+        "vectorization": "sync",
+        "atari": "off",
+        "wrappers": wrappers,
+        "kwargs": kwargs,
+    }

@@ -44,11 +44,64 @@ def final_observations(info: dict[str, Any], obs: Any) -> Any:
     return replace(obs, [final[i] for i in np.flatnonzero(mask)])
 
 
+class RewardScaler:
+    """Divide rewards by a running std of the discounted return (as gymnasium's NormalizeReward;
+    Engstrom et al. 2020, "Implementation Matters in Deep Policy Gradients", section 3).
+
+    Keeps value targets O(1) whatever the reward scale, so that with a shared trunk the value
+    loss does not swamp the policy gradient under global-norm clipping. Rewards are only ever
+    scaled down (the divisor is at least 1): dividing by a std below 1 would blow rewards up
+    once a sparse task is solved and its returns stop varying (seen on the T-maze). Only what
+    the learner sees is scaled; episode statistics stay in the env's units.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, device, epsilon: float = 1e-8) -> None:
+        self.gamma, self.epsilon = gamma, epsilon
+        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
+        self.count = torch.tensor(epsilon, dtype=torch.float64, device=device)
+        self.mean = torch.zeros((), dtype=torch.float64, device=device)
+        self.var = torch.ones((), dtype=torch.float64, device=device)
+
+    def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """Scaled rewards (N,); ``done`` (N,) ends the running returns of finished episodes."""
+        self.returns = self.returns * self.gamma + reward.double()
+        # Chan et al. parallel update of mean/var with this step's N returns.
+        n = self.returns.numel()
+        batch_mean, batch_var = self.returns.mean(), self.returns.var(unbiased=False)
+        delta, total = batch_mean - self.mean, self.count + n
+        self.mean = self.mean + delta * n / total
+        self.var = (
+            self.var * self.count + batch_var * n + delta**2 * self.count * n / total
+        ) / total
+        self.count = total
+        self.returns = self.returns.masked_fill(done, 0.0)
+        return (reward.double() / torch.sqrt(self.var + self.epsilon).clamp(min=1.0)).float()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Running statistics for checkpoints."""
+        return {"returns": self.returns, "count": self.count, "mean": self.mean, "var": self.var}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` (the running returns are per env: same num_envs)."""
+        self.count, self.mean, self.var = state["count"], state["mean"], state["var"]
+        if state["returns"].shape == self.returns.shape:
+            self.returns = state["returns"].to(self.returns.device)
+
+
 class LocalActor:
     """Steps a vector env in this process; keeps the per-env memory state across rollouts."""
 
-    def __init__(self, envs: VectorEnv, agent: torch.nn.Module, *, seed: int, device) -> None:
+    def __init__(
+        self,
+        envs: VectorEnv,
+        agent: torch.nn.Module,
+        *,
+        seed: int,
+        device,
+        reward_scaler: RewardScaler | None = None,
+    ) -> None:
         self.envs, self.agent, self.device = envs, agent, torch.device(device)
+        self.reward_scaler = reward_scaler
         self.space = envs.single_observation_space
         self.torch_env = is_torch_env(envs)
         obs, _ = envs.reset(seed=seed)
@@ -87,8 +140,11 @@ class LocalActor:
                 final_value = torch.where(
                     truncated, self.agent.peek_value(final, self.state), final_value
                 )
+            done = terminated | truncated
+            if self.reward_scaler is not None:
+                reward = self.reward_scaler(torch.as_tensor(reward, device=self.device), done)
             buffer.record_outcome(t, reward, terminated, truncated, final_value)
-            self.obs, self.done = self.to_tensor(obs), terminated | truncated
+            self.obs, self.done = self.to_tensor(obs), done
             if on_info is not None:
                 on_info(info)
             t3 = time.perf_counter()

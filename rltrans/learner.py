@@ -117,12 +117,21 @@ class PPOLearner(Learner):
             k: ppo[k]
             for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef", "normalize_advantages")
         }
+        # Per-token aux values of the last update, flattened (e.g. ponder steps), for histograms.
+        self.distributions: dict[str, Tensor] = {}
 
     def update(self, buffer: RolloutBuffer, generator: torch.Generator | None = None) -> dict:
-        """Train on one rollout; returns mean metrics (0-d tensors, no host sync per batch)."""
+        """Train on one rollout; returns mean metrics (0-d tensors, no host sync per batch).
+
+        The agent's ``aux`` from ``evaluate``: ``loss_*`` entries join the loss;
+        0-d entries are averaged into the metrics; entries with one value per
+        token (e.g. ponder steps, (B, L)) are gathered over the first epoch, so
+        over every token of the rollout once, into :attr:`distributions`.
+        """
         totals: dict[str, Tensor] = {}
+        pieces: dict[str, list[Tensor]] = {}
         count = 0
-        for _ in range(self.epochs):
+        for epoch in range(self.epochs):
             kls = []
             for batch in buffer.minibatches(self.num_minibatches, generator):
                 with self.autocast():
@@ -141,7 +150,10 @@ class PPOLearner(Learner):
                 for k, v in aux.items():  # e.g. a ponder cost an agent adds to its loss
                     if k.startswith("loss_"):
                         loss = loss + v
-                    metrics[k] = v.detach()
+                    if v.dim() == 0:
+                        metrics[k] = v.detach()
+                    elif epoch == 0:
+                        pieces.setdefault(k, []).append(v.detach().reshape(-1))
                 metrics["grad_norm"] = self.step(loss)
                 for k, v in metrics.items():
                     totals[k] = totals.get(k, 0.0) + v.detach().float()
@@ -150,6 +162,7 @@ class PPOLearner(Learner):
             if self.target_kl is not None and torch.stack(kls).mean() > self.target_kl:
                 break  # early stop (Schulman et al. 2017 baselines' target KL)
         self.end_update()
+        self.distributions = {k: torch.cat(v) for k, v in pieces.items()}
         out = {k: v / count for k, v in totals.items()}
         out["lr"] = torch.tensor(self.lr)
         return out

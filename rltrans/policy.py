@@ -3,6 +3,16 @@
 >>> policy = load_policy("runs/my-run/checkpoints/last.pt")     # doctest: +SKIP
 >>> state = policy.initial_state(1)                              # doctest: +SKIP
 >>> action, state = policy.act(obs[None], state)                 # doctest: +SKIP
+
+Return-conditioned policies (agent=dt|bc, trained offline) take the return to aim for, and
+count the rewards they receive down from it (Chen et al. 2021, Algorithm 1):
+
+>>> dt = load_policy("runs/dt-run")                              # doctest: +SKIP
+>>> state = dt.initial_state(1, target_return=500.0)             # doctest: +SKIP
+>>> action, state = dt.act(obs[None], state, done)               # doctest: +SKIP
+>>> state = dt.observe(state, reward[None])                      # doctest: +SKIP
+
+The class is picked once from the checkpoint's ``algo.kind`` (:data:`POLICY_CLASSES`).
 """
 
 from __future__ import annotations
@@ -52,8 +62,11 @@ def agent_from_checkpoint(payload: dict[str, Any], device: torch.device | str = 
         raise CheckpointError(
             f"checkpoint lacks {err}; it was not written by rltrans.train"
         ) from None
+    # Build arguments that are not config knobs, e.g. DT's dataset statistics (whose
+    # max_timestep sizes the timestep embedding): saved by the trainer as "agent_kwargs".
+    extra = payload.get("agent_kwargs") or {}
     agent = instantiate(
-        agent_cfg, observation_space=obs_space, action_space=act_space, _convert_="all"
+        agent_cfg, observation_space=obs_space, action_space=act_space, _convert_="all", **extra
     )
     agent.load_state_dict(state_dict)
     return agent.to(device).eval()
@@ -94,8 +107,100 @@ class Policy:
         action = head.env_action(out.action) if as_numpy else head.env_action_tensor(out.action)
         return action, state
 
+    def observe(self, state: Tree, reward: Any) -> Tree:
+        """Fold in the rewards (N,) of the last step; memory policies do not use them."""
+        return state
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], device: torch.device | str = "cpu") -> Policy:
+        """The policy a loaded checkpoint payload describes."""
+        return cls(agent_from_checkpoint(payload, device), payload["config"])
+
+
+class ReturnConditionedPolicy(Policy):
+    """A Decision Transformer (or its BC baseline) conditioned on a target return per env.
+
+    ``initial_state(n, target_return=...)`` sets the return each env's episodes aim for
+    (default :attr:`target_return`: the evaluation target the checkpoint recorded, else the
+    best return in its dataset). Pass each step's rewards to :meth:`observe` (or as
+    ``act(..., reward=...)``) so the return-to-go counts down; BC ignores the target.
+    Discrete actions are sampled unless ``deterministic=True`` (the default follows the
+    training run's ``algo.eval_deterministic``; DT's Atari code samples).
+    """
+
+    def __init__(
+        self, agent: torch.nn.Module, config: dict[str, Any], target_return: float | None = None
+    ) -> None:
+        super().__init__(agent, config)
+        self.target_return = target_return
+        self.deterministic = bool(config.get("algo", {}).get("eval_deterministic", False))
+
+    @classmethod
+    def from_payload(
+        cls, payload: dict[str, Any], device: torch.device | str = "cpu"
+    ) -> ReturnConditionedPolicy:
+        """The policy of an offline checkpoint; its default target is the largest recorded one."""
+        targets = payload.get("eval_targets") or []
+        best = payload.get("dataset", {}).get("max_return")
+        default = max(targets) if targets else best
+        return cls(agent_from_checkpoint(payload, device), payload["config"], default)
+
+    def initial_state(self, num_envs: int, target_return: Any = None) -> Tree:
+        """Empty contexts for ``num_envs`` envs aiming at ``target_return`` (one value or (N,))."""
+        target = self.target_return if target_return is None else target_return
+        if target is None:
+            raise ValueError(
+                "this checkpoint records no default target return; pass "
+                "initial_state(n, target_return=<the return to aim for>)"
+            )
+        if not isinstance(target, torch.Tensor):
+            target = np.asarray(target, dtype=np.float32)
+        return self.agent.initial_state(num_envs, torch.as_tensor(target, device=self.device))
+
+    def act(
+        self,
+        obs: Any,
+        state: Tree,
+        done: Any = None,
+        *,
+        reward: Any = None,
+        deterministic: bool | None = None,
+    ) -> tuple[Any, Tree]:
+        """Actions for obs (N, ...); ``reward`` (N,), if given, is the previous step's reward.
+
+        ``done`` (N,) marks envs whose episode starts at ``obs`` (their context restarts from
+        their target). NumPy in, NumPy out; torch in, torch out.
+        """
+        as_numpy = not isinstance(obs, torch.Tensor)
+        if reward is not None:
+            state = self.observe(state, reward)
+        if done is not None:
+            done = torch.as_tensor(np.asarray(done) if as_numpy else done, device=self.device)
+        if deterministic is None:
+            deterministic = self.deterministic
+        action, state = self.agent.act(obs, state, done, deterministic=deterministic)
+        return (action.cpu().numpy() if as_numpy else action), state
+
+    def observe(self, state: Tree, reward: Any) -> Tree:
+        """Subtract the rewards (N,) of the last step from each env's return-to-go."""
+        if not isinstance(reward, torch.Tensor):
+            reward = np.asarray(reward, dtype=np.float32)
+        return self.agent.observe(state, torch.as_tensor(reward, device=self.device))
+
+
+# Picked once per checkpoint from its algo.kind; online (PPO/IMPALA) agents keep per-env memory.
+POLICY_CLASSES: dict[str, type[Policy]] = {
+    "online": Policy,
+    "offline": ReturnConditionedPolicy,
+}
+
 
 def load_policy(path: str | Path, device: torch.device | str = "cpu") -> Policy:
     """Load a saved rltrans policy (checkpoint file or run directory) for acting."""
     payload = load_checkpoint(resolve_checkpoint(path), map_location=device)
-    return Policy(agent_from_checkpoint(payload, device), payload["config"])
+    kind = payload.get("config", {}).get("algo", {}).get("kind", "online")
+    if kind not in POLICY_CLASSES:
+        raise CheckpointError(
+            f"checkpoint has algo.kind={kind!r}; known kinds: {', '.join(POLICY_CLASSES)}"
+        )
+    return POLICY_CLASSES[kind].from_payload(payload, device)

@@ -52,14 +52,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def prepare_run_dir(cfg: DictConfig) -> Path:
-    """The run folder (created), from run_dir= or a timestamped default under runs/."""
+def prepare_run_dir(cfg: DictConfig, name: str | None = None) -> Path:
+    """The run folder (created), from run_dir= or runs/<name>-s<seed>-<timestamp>.
+
+    ``name`` defaults to ``<env>-<backbone>``; offline runs pass ``<dataset>-<agent>``.
+    """
     if cfg.run_dir is None:
         if cfg.resume:
             raise ConfigError("resume=true needs run_dir=<the run to continue>")
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        env_name = cfg.env.get("name") or str(cfg.env.get("id", "env")).replace("/", "_")
-        cfg.run_dir = f"runs/{env_name}-{cfg.agent.backbone}-s{cfg.seed}-{stamp}"
+        if name is None:
+            env_name = cfg.env.get("name") or str(cfg.env.get("id", "env")).replace("/", "_")
+            name = f"{env_name}-{cfg.agent.backbone}"
+        cfg.run_dir = f"runs/{name}-s{cfg.seed}-{stamp}"
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
@@ -108,7 +113,7 @@ def resume_from(manager: CheckpointManager, agent, learner, envs) -> tuple[int, 
 def train_online(cfg: DictConfig) -> dict[str, Any]:
     """PPO on a vector env; returns the final summary."""
     from envs import make_env
-    from rltrans.actors import LocalActor
+    from rltrans.actors import LocalActor, RewardScaler
     from rltrans.buffers.rollout import RolloutBuffer
     from rltrans.learner import NonFiniteLossError, PPOLearner
 
@@ -133,12 +138,17 @@ def train_online(cfg: DictConfig) -> dict[str, Any]:
     )
     manager = CheckpointManager(run_dir / "checkpoints", keep_last=cfg.keep_checkpoints)
     global_step, update = 0, 0
+    scaler_state = None
     if cfg.resume:
         global_step, update = resume_from(manager, agent, learner, envs)
+        scaler_state = manager.load_latest().get("reward_scaler")
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
 
     buffer = RolloutBuffer(algo.num_steps, envs.num_envs, algo.segment_length, device)
-    actor = LocalActor(envs, agent, seed=cfg.seed + update, device=device)
+    scaler = RewardScaler(envs.num_envs, algo.gamma, device) if algo.reward_scaling else None
+    if scaler is not None and scaler_state:
+        scaler.load_state_dict(scaler_state)
+    actor = LocalActor(envs, agent, seed=cfg.seed + update, device=device, reward_scaler=scaler)
     tracker = EpisodeTracker(window=100)
     logger = MetricLogger(run_dir, use_tensorboard=cfg.tensorboard)
     bar = ProgressBar(cfg.total_steps, desc="train", unit="step") if cfg.progress else None
@@ -170,10 +180,13 @@ def train_online(cfg: DictConfig) -> dict[str, Any]:
                     "perf/learn_ms": 1e3 * learn_s,
                 },
             )
+            for name, values in learner.distributions.items():  # e.g. ponder steps per token
+                logger.log_histogram(global_step, f"charts/{name}", values)
             if update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
-                manager.save(
-                    global_step, checkpoint_payload(agent, learner, cfg, envs, global_step, update)
-                )
+                payload = checkpoint_payload(agent, learner, cfg, envs, global_step, update)
+                if scaler is not None:
+                    payload["reward_scaler"] = scaler.state_dict()
+                manager.save(global_step, payload)
             if bar is not None:
                 bar.update(steps_per_update, SPS=f"{sps:.0f}", ret=tracker.mean_return)
     except NonFiniteLossError as err:
@@ -202,7 +215,14 @@ def train_online(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
-TRAINERS = {"online": train_online}
+def train_offline(cfg: DictConfig) -> dict[str, Any]:
+    """DT/BC on a fixed dataset; returns the final summary (see :mod:`rltrans.offline`)."""
+    from rltrans.offline import train_offline as run  # that module imports this one's helpers
+
+    return run(cfg)
+
+
+TRAINERS = {"online": train_online, "offline": train_offline}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,19 +24,31 @@ PPO = {
 }
 
 
+# Depth options: the Universal Transformer loops one block (max_steps), the others stack layers.
+DEPTH = {"universal": {"max_steps": 3}}
+
+
 def small_agent(envs, backbone, memory=8):
-    return MemoryAgent(
+    agent = MemoryAgent(
         envs.single_observation_space,
         envs.single_action_space,
         backbone=backbone,
         dim=32,
-        layers=2,
         heads=4,
         memory=memory,
+        **DEPTH.get(backbone, {"layers": 2}),
     )
+    if backbone == "universal":
+        # At initialisation the token encodings are small next to the depth signal, so every
+        # token halts at the same step; louder encodings and halting weights spread the depths.
+        with torch.no_grad():
+            for layer in (agent.encoder.net[0], agent.encoder.net[2]):
+                layer.weight.mul_(10.0)
+        torch.nn.init.normal_(agent.backbone.halting.unit.weight, std=1.0)
+    return agent
 
 
-@pytest.mark.parametrize("backbone", ["gtrxl", "trxl", "trxl_i", "lstm", "mlp"])
+@pytest.mark.parametrize("backbone", ["gtrxl", "trxl", "trxl_i", "universal", "lstm", "mlp"])
 @pytest.mark.parametrize("segment_length", [1, 8, 32])
 def test_replay_fidelity(backbone, segment_length):
     """Invariant 5: the learner's first pass recomputes the acting log-probs and values."""
@@ -49,9 +61,11 @@ def test_replay_fidelity(backbone, segment_length):
     assert buffer.starts.any() and buffer.truncated.any() and buffer.terminated.any()
     buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
     (batch,) = buffer.minibatches(1)
-    log_prob, _, value, _ = agent.evaluate(batch.segment)
+    log_prob, _, value, aux = agent.evaluate(batch.segment)
     torch.testing.assert_close(log_prob, batch.log_probs, atol=1e-5, rtol=0)
     torch.testing.assert_close(value, batch.values, atol=1e-5, rtol=0)
+    if "ponder_steps" in aux:  # ACT: replay is only a test if tokens halt at different depths
+        assert len(aux["ponder_steps"].unique()) >= 2
 
     learner = PPOLearner(agent, ppo=PPO, lr=1e-3, total_updates=1)
     metrics = learner.update(buffer)

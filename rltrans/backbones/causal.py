@@ -11,7 +11,8 @@ LN before each       ``norm="pre"``                identity path from input to o
 sub-layer, ln_f      final LayerNorm               added by ``TransformerStack`` for ``pre``
 x + sublayer(x)      ``gate="residual"``,
                      ``sublayer_activation="none"``
-MLP 4D, GELU         ``ff_mult=4``                 the core's FeedForward (GELU)
+MLP 4D, GELU         ``ff_mult=4``,                the core's FeedForward; DT's Gym code
+                     ``ff_activation="gelu"``       uses ReLU (``ff_activation="relu"``)
 resid/attn dropout   ``dropout``, ``attn_dropout``  DT uses 0.1 for both
 position embedding   ``position="none"``           DT removes GPT-2's wpe: every token already
                                                    carries its episode timestep embedding
@@ -19,10 +20,10 @@ causal mask          ``causal=True``, memory 0     the action of step t sees onl
 init N(0, 0.02)      ``init="gpt2"``               residual projections scaled by 1/sqrt(2Y)
 ===================  ============================  ==============================================
 
-Two known differences with the DT reference code, facts for whoever compares runs: its Gym
-experiments set GPT-2's MLP activation to ReLU (the core's MLP is GELU, as GPT-2 and DT's
-Atari minGPT), and the core's MLP also drops out its hidden layer. Attention is never
-re-implemented here: every option above is the shared core of :mod:`rltrans.core`.
+One known difference with the DT reference code, a fact for whoever compares runs: the
+core's MLP also drops out its hidden layer (GPT-2 drops out only the MLP's output). The Gym
+experiments' ReLU MLP is ``ff_activation="relu"`` (GELU is GPT-2's and DT's Atari minGPT).
+Attention is never re-implemented here: every option above is the core of :mod:`rltrans.core`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from torch import nn
 
 from rltrans.backbones.gtrxl import TransformerStack
 from rltrans.core.attention import Kernel, check_choice
-from rltrans.core.block import NormPlacement, SublayerActivation
+from rltrans.core.block import FFActivation, NormPlacement, SublayerActivation
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName
 
@@ -83,6 +84,7 @@ def causal_stack(
     norm: NormPlacement = "pre",
     sublayer_activation: SublayerActivation = "none",
     ff_mult: int = 4,
+    ff_activation: FFActivation = "gelu",
     dropout: float = 0.1,
     attn_dropout: float | None = None,
     kernel: Kernel = "sdpa",
@@ -116,6 +118,7 @@ def causal_stack(
         norm=norm,
         sublayer_activation=sublayer_activation,
         ff_mult=ff_mult,
+        ff_activation=ff_activation,
         dropout=dropout,
         attn_dropout=dropout if attn_dropout is None else attn_dropout,
         gate_bias=gate_bias,

@@ -17,6 +17,16 @@ every depth step at the episode time of each token, as in the paper; relative
 schemes (``xl``, ``rotary``, ``alibi``, ``shaw``) act inside attention, and
 then P^t is the depth sinusoid alone.
 
+Scale of P^t (``coordinate_scale``, default 1 as in the paper): the sinusoid
+has unit amplitude per coordinate (norm sqrt(D/2)), sized for token embeddings
+that Vaswani et al. 2017 (section 3.4) scale up by sqrt(D). An RL observation
+encoder's output is far smaller (norm ~0.5 at initialisation for D = 64), so
+P^t, the same vector for every token, swamps it: after the block's LayerNorm
+the tokens look alike to attention and to the halting unit. Scaling P^t down
+(0.1 in ``configs/agent/ut_act.yaml``) keeps the depth signal and lets the
+content through; on the T-maze with corridor 30 this decides between chance
+and solving it (see ``benchmarks/ut_act.py``).
+
 Memory (one per depth step): like :class:`rltrans.backbones.gtrxl.TransformerStack`
 with Y = S. At depth step t a query attends over the stored depth-t block
 inputs H^{t-1} + P^t of the previous M steps (stop-gradient) and of the
@@ -42,6 +52,8 @@ each is (N,) per env, or (S, N).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -73,7 +85,9 @@ class UniversalTransformer(nn.Module):
     Block options (position, gate, norm, ...) are those of
     :func:`rltrans.core.block.build_block`; the defaults make the shared block a
     GTrXL block. ``halting_bias`` initialises the halting unit (see
-    :class:`rltrans.core.act.AdaptiveHalting`).
+    :class:`rltrans.core.act.AdaptiveHalting`). ``coordinate_scale`` multiplies
+    the coordinate embedding P^t (depth sinusoid and absolute position signal;
+    see the module docstring).
 
     >>> ut = UniversalTransformer(dim=32, heads=4, max_steps=4, memory=8)
     >>> mem = ut.empty_memory(batch=3)
@@ -81,6 +95,9 @@ class UniversalTransformer(nn.Module):
     >>> y.shape, mem.hidden.shape, aux["ponder_cost"].shape
     (torch.Size([3, 5, 32]), torch.Size([3, 4, 8, 32]), torch.Size([3, 5]))
     """
+
+    # forward/step append an aux dict to (out, memory); agents read it as the third element.
+    returns_aux: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -92,6 +109,7 @@ class UniversalTransformer(nn.Module):
         halting: HaltingName = "act",
         act_epsilon: float = 0.01,
         halting_bias: float = -1.0,
+        coordinate_scale: float = 1.0,
         position: PositionName = "xl",
         gate: GateName = "gru",
         norm: NormPlacement = "pre",
@@ -108,7 +126,10 @@ class UniversalTransformer(nn.Module):
         super().__init__()
         if memory < 0:
             raise ValueError(f"memory must be >= 0, got {memory}")
+        if coordinate_scale < 0:
+            raise ValueError(f"coordinate_scale must be >= 0, got {coordinate_scale}")
         self.dim, self.heads, self.memory, self.causal = dim, heads, memory, causal
+        self.coordinate_scale = coordinate_scale
         self.halting = build_halting(
             halting, dim, max_steps, epsilon=act_epsilon, halting_bias=halting_bias
         )
@@ -129,7 +150,7 @@ class UniversalTransformer(nn.Module):
             shaw_max_distance=shaw_max_distance,
         )
         # Depth half of the coordinate embedding, sinusoid(t) for t = 1 .. S (Dehghani §2.1).
-        depth = sinusoid(torch.arange(1, max_steps + 1), dim)  # (S, D)
+        depth = coordinate_scale * sinusoid(torch.arange(1, max_steps + 1), dim)  # (S, D)
         self.register_buffer("depth_signal", depth, persistent=False)
         # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm.
         self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
@@ -158,7 +179,7 @@ class UniversalTransformer(nn.Module):
         """Absolute position embedding (B, L, D) of episode times, None for relative schemes."""
         if self.input_position is None:
             return None
-        return self.input_position(positions).to(dtype)
+        return self.coordinate_scale * self.input_position(positions).to(dtype)
 
     def forward(
         self,

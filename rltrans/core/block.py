@@ -34,15 +34,17 @@ FF_ACTIVATIONS: tuple[str, ...] = get_args(FFActivation)
 
 
 class FeedForward(nn.Module):
-    """Position-wise MLP: Linear -> GELU or ReLU -> Dropout -> Linear."""
+    """Position-wise MLP: Linear -> GELU or ReLU -> Linear.
 
-    def __init__(self, dim: int, hidden: int, dropout: float, activation: FFActivation) -> None:
+    No dropout on the hidden layer: as in GPT-2, dropout acts on the sub-layer output (the
+    block's residual dropout), which is also 4x cheaper than masking the 4D hidden layer.
+    """
+
+    def __init__(self, dim: int, hidden: int, activation: FFActivation) -> None:
         super().__init__()
         check_choice("feed-forward activation", activation, FF_ACTIVATIONS)
         act = nn.GELU() if activation == "gelu" else nn.ReLU()
-        self.net = nn.Sequential(
-            nn.Linear(dim, hidden), act, nn.Dropout(dropout), nn.Linear(hidden, dim)
-        )
+        self.net = nn.Sequential(nn.Linear(dim, hidden), act, nn.Linear(hidden, dim))
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the MLP to every position."""
@@ -72,7 +74,7 @@ class TransformerBlock(nn.Module):
         check_choice("sublayer activation", sublayer_activation, ACTIVATIONS)
         scheme = build_attention_position(position, dim, heads, shaw_max_distance=shaw_max_distance)
         self.attn = MultiHeadAttention(dim, heads, scheme, dropout=attn_dropout, kernel=kernel)
-        self.mlp = FeedForward(dim, ff_mult * dim, dropout, ff_activation)
+        self.mlp = FeedForward(dim, ff_mult * dim, ff_activation)
         self.gate1 = build_gate(gate, dim, gate_bias=gate_bias)
         self.gate2 = build_gate(gate, dim, gate_bias=gate_bias)
         self.norm1 = nn.LayerNorm(dim)
