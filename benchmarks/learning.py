@@ -47,6 +47,8 @@ AGENT_OVERRIDES = {
     "trxl": ["agent=trxl", "agent.memory=32"],
     "lstm": ["agent=lstm"],
     "mlp": ["agent=mlp"],
+    # cue and turn of the corridor-30 T-maze in one training segment (memory is stop-gradient)
+    "ut_act": ["agent=ut_act", "algo.segment_length=64"],
 }
 
 
