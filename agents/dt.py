@@ -27,7 +27,7 @@ Acting, for N envs at once (one vectorised pass evaluates N target returns)::
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -38,8 +38,9 @@ from torch import Tensor, nn
 from agents.encoders import build_encoder
 from envs.spaces import obs_to_tensor
 from rltrans.backbones.causal import Init, causal_stack
+from rltrans.backbones.universal import UniversalTransformer
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryStats, normalizes_states
-from rltrans.core.attention import Kernel
+from rltrans.core.attention import Kernel, check_choice
 from rltrans.core.block import FFActivation, NormPlacement
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName
@@ -64,12 +65,16 @@ class DTState(NamedTuple):
     time: Tensor  # (N,) long, episode step of the next observation
 
 
+DTBackbone = Literal["causal", "universal"]
+
+
 class DTOutput(NamedTuple):
     """Predictions per window step; the next-step ones only with `predict_next=True`."""
 
     action: Tensor  # (B, K, A) logits (Discrete) or actions in env units (Box)
     next_return: Tensor | None  # (B, K, 1) R_{t+1} / return_scale, from the a_t token
     next_state: Tensor | None  # (B, K, obs_dim) normalised s_{t+1}, from the a_t token
+    ponder_cost: Tensor | None = None  # (B, K, 3) ACT's N + R per token (backbone=universal)
 
 
 # ------------------------------------------------------------------------------ actions
@@ -268,6 +273,10 @@ class ContextPolicy(nn.Module):
             target = batch.returns_to_go[:, 1:] / self.return_scale  # (B, K-1, 1)
             aux, _ = dt_action_loss(out.next_return[:, :-1], target, both, "continuous")
             loss, metrics["return"] = loss + aux, aux.detach()
+        if out.ponder_cost is not None:  # Graves 2016: loss += tau * (N + R), real tokens only
+            real = batch.mask.bool().unsqueeze(-1).expand_as(out.ponder_cost)
+            ponder = out.ponder_cost[real].mean()
+            loss, metrics["ponder"] = loss + self.tau * ponder, ponder.detach()
         if out.next_state is not None:
             target = self.normalize_states(batch.states[:, 1:]).flatten(2)  # (B, K-1, obs_dim)
             aux, _ = dt_action_loss(out.next_state[:, :-1], target, both, "continuous")
@@ -402,8 +411,15 @@ class DecisionTransformer(ContextPolicy):
         kernel: Kernel = "sdpa",
         init: Init = "gpt2",
         stats: dict[str, Any] | TrajectoryStats | None = None,
+        backbone: DTBackbone = "causal",
+        max_steps: int = 4,
+        tau: float = 0.01,
+        halting_bias: float = -1.0,
+        coordinate_scale: float = 0.1,
     ) -> None:
         super().__init__(observation_space, action_space, stats)
+        check_choice("DT backbone", backbone, ("causal", "universal"))
+        self.tau = tau
         if max_timestep is None:
             have = TrajectoryStats.from_stats(stats).max_timestep if stats is not None else None
             max_timestep = have or DEFAULT_MAX_TIMESTEP
@@ -427,9 +443,22 @@ class DecisionTransformer(ContextPolicy):
         # GPT-2 as DT uses it (rltrans.backbones.causal); max_len counts tokens, 3 per step.
         options = dict(position=position, gate=gate, norm=norm, dropout=dropout, kernel=kernel)
         options["ff_activation"] = activation  # the DT Gym code's GPT-2 MLP uses ReLU
-        self.transformer = causal_stack(
-            dim, layers, heads, max_len=3 * context, init=init, **options
-        )
+        if backbone == "causal":
+            self.transformer = causal_stack(
+                dim, layers, heads, max_len=3 * context, init=init, **options
+            )
+        else:  # one shared block looped with ACT (Dehghani et al. 2019); `layers` is unused
+            options.pop("ff_activation")
+            self.transformer = UniversalTransformer(
+                dim,
+                heads,
+                max_steps=max_steps,
+                halting_bias=halting_bias,
+                coordinate_scale=coordinate_scale,
+                sublayer_activation="none",
+                max_len=3 * context,
+                **options,
+            )
         self.next_return_head = nn.Linear(dim, 1) if predict_next else None
         self.next_state_head = None
         if predict_next:
@@ -451,24 +480,29 @@ class DecisionTransformer(ContextPolicy):
         tokens = torch.stack([r + time, s + time, a + time], dim=2)  # (B, K, 3, D)
         return tokens.reshape(b, 3 * k, self.dim)  # (B, 3K, D): R_1, s_1, a_1, R_2, ...
 
-    def hidden(self, batch: TrajectoryBatch) -> Tensor:
-        """Causal stack outputs (B, K, 3, D): [:, t, 0] R_t, [:, t, 1] s_t, [:, t, 2] a_t."""
+    def hidden_and_ponder(self, batch: TrajectoryBatch) -> tuple[Tensor, Tensor | None]:
+        """Stack outputs (B, K, 3, D) and, with backbone=universal, ACT's N + R (B, K, 3)."""
         b, k = batch.mask.shape
         x = self.embed_drop(self.embed_norm(self.embed_tokens(batch)))  # (B, 3K, D)
         # Each step's mask covers its three tokens; padded queries see only themselves (the
         # core keeps the diagonal), real ones never see padding.
         key_padding = batch.mask.bool().repeat_interleave(3, dim=1)  # (B, 3K)
-        h, _ = self.transformer(x, key_padding=key_padding)  # (B, 3K, D)
-        return h.view(b, k, 3, self.dim)
+        out = self.transformer(x, key_padding=key_padding)  # (B, 3K, D), memory[, aux]
+        ponder = out[2]["ponder_cost"].view(b, k, 3) if len(out) > 2 else None  # UT only
+        return out[0].view(b, k, 3, self.dim), ponder
+
+    def hidden(self, batch: TrajectoryBatch) -> Tensor:
+        """Stack outputs (B, K, 3, D): [:, t, 0] R_t, [:, t, 1] s_t, [:, t, 2] a_t."""
+        return self.hidden_and_ponder(batch)[0]
 
     def predict(self, batch: TrajectoryBatch) -> DTOutput:
         """Action from each s_t token; next return and state from each a_t token if enabled."""
-        h = self.hidden(batch)
+        h, ponder = self.hidden_and_ponder(batch)
         action = self.action_codec(h[:, :, 1])  # (B, K, A) from the state tokens
         h_a = h[:, :, 2]  # (B, K, D) action tokens: they have seen (R_t, s_t, a_t)
         nr = self.next_return_head(h_a) if self.next_return_head is not None else None
         ns = self.next_state_head(h_a) if self.next_state_head is not None else None
-        return DTOutput(action, nr, ns)
+        return DTOutput(action, nr, ns, ponder)
 
 
 class BehaviorCloning(ContextPolicy):
