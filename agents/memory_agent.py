@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any, Literal, NamedTuple, get_args
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -77,6 +78,47 @@ def build_backbone(
     if name in ("lstm", "gru"):
         return RNNBackbone(dim, layers, cell=name)
     return MLPBackbone(dim, layers)
+
+
+class ObservationNorm(nn.Module):
+    """Running mean/std normalisation of vector observations, clipped to +-clip (as SB3's
+    VecNormalize). The statistics are buffers, so every checkpoint and ``load_policy`` carry
+    them; they change only through :meth:`update`, which the training loop calls after each
+    PPO update, so acting and the learner's recomputation see the same normalisation."""
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.tensor(eps))
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """(..., *shape) -> normalised and clipped."""
+        return ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, obs: Tensor) -> None:
+        """Merge a batch (..., *shape) into the statistics (Chan et al. parallel variance)."""
+        x = obs.reshape(-1, *self.mean.shape).double()
+        n, mean, var = x.shape[0], x.mean(0), x.var(0, unbiased=False)
+        delta, total = mean - self.mean, self.count + n
+        new_mean = self.mean + delta * n / total
+        m2 = self.var * self.count + var * n + delta**2 * self.count * n / total
+        self.mean.copy_(new_mean)
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+
+class NoNorm(nn.Module):
+    """Observations pass through unchanged (``normalize_obs=false``)."""
+
+    def forward(self, obs: Tree) -> Tree:
+        """Identity."""
+        return obs
+
+    def update(self, obs: Tree) -> None:
+        """Nothing to track."""
 
 
 def no_aux() -> Aux:
@@ -133,10 +175,22 @@ class MemoryAgent(nn.Module):
         memory: int = 64,
         tau: float | None = None,
         encoder: dict[str, Any] | None = None,
+        normalize_obs: bool = False,
         **backbone_options: Any,
     ) -> None:
         super().__init__()
         self.observation_space, self.action_space = observation_space, action_space
+        self.obs_norm: nn.Module = NoNorm()
+        if normalize_obs:
+            is_vector = (
+                isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1
+            )
+            if not is_vector or observation_space.dtype == np.uint8:
+                raise ValueError(
+                    f"normalize_obs=true needs a 1-D float Box observation space, got "
+                    f"{observation_space}; set agent.normalize_obs=false"
+                )
+            self.obs_norm = ObservationNorm(observation_space.shape)
         self.encoder = build_encoder(observation_space, dim, **(encoder or {}))
         self.backbone = build_backbone(backbone, dim, layers, heads, memory, **backbone_options)
         self.policy = build_action_head(action_space, dim)
@@ -153,6 +207,14 @@ class MemoryAgent(nn.Module):
             raise ValueError(
                 f"tau (ponder-cost weight) only applies to backbone 'universal', not {backbone!r}"
             )
+
+    def encode(self, obs: Tree) -> Tensor:
+        """Normalised (if enabled) and encoded observations (..., D)."""
+        return self.encoder(self.obs_norm(obs))
+
+    def update_obs_norm(self, obs: Tree) -> None:
+        """Fold a rollout's observations into the normalisation statistics (no-op if off)."""
+        self.obs_norm.update(obs)
 
     @property
     def device(self) -> torch.device:
@@ -172,7 +234,7 @@ class MemoryAgent(nn.Module):
         self, obs: Tree, state: Tree, done: Tensor, *, deterministic: bool = False
     ) -> tuple[ActOutput, Tree]:
         """One step for N envs: obs (N, ...), done (N,) = a new episode starts at this obs."""
-        h, state = self.backbone.step(self.encoder(obs), state, done)[:2]  # aux, if any, unused
+        h, state = self.backbone.step(self.encode(obs), state, done)[:2]  # aux, if any, unused
         dist = self.policy(h)
         action = dist.mode() if deterministic else dist.sample()
         return ActOutput(action, dist.log_prob(action), self.value(h)[..., 0]), state
@@ -183,14 +245,14 @@ class MemoryAgent(nn.Module):
 
         Used to bootstrap truncated episodes from their final observation.
         """
-        h = self.backbone.step(self.encoder(obs), tree_map(torch.clone, state), None)[0]
+        h = self.backbone.step(self.encode(obs), tree_map(torch.clone, state), None)[0]
         return self.value(h)[..., 0]
 
     def evaluate(self, segment: Segment) -> tuple[Tensor, Tensor, Tensor, Aux]:
         """Recompute log-probs, entropies and values (B, L) of stored segments, plus aux."""
         # (h, memory) or (h, memory, aux): ``extra`` holds the aux dict where there is one.
         h, _, *extra = self.backbone(
-            self.encoder(segment.obs), segment.memory, starts=segment.starts
+            self.encode(segment.obs), segment.memory, starts=segment.starts
         )
         dist = self.policy(h)
         aux = self.training_aux(*extra)

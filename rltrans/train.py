@@ -162,6 +162,7 @@ def train_online(cfg: DictConfig) -> dict[str, Any]:
             buffer.compute_advantages(actor.bootstrap_value(), algo.gamma, algo.gae_lambda)
             t_learn = time.perf_counter()
             metrics = learner.update(buffer)
+            agent.update_obs_norm(buffer.obs)  # after the update: acting == replay within a rollout
             learn_s = time.perf_counter() - t_learn
             global_step += steps_per_update
             update += 1

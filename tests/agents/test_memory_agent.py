@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -256,3 +257,68 @@ def test_ut_act_trains_through_the_cli_and_logs_ponder_to_tensorboard(tmp_path, 
     state = policy.initial_state(2)
     action, state = policy.act(np.zeros((2, 4), np.float32), state, np.ones(2, dtype=bool))
     assert action.shape == (2,)
+
+
+def test_observation_norm_matches_numpy_statistics():
+    from agents.memory_agent import ObservationNorm
+
+    norm = ObservationNorm((3,))
+    rng = np.random.default_rng(0)
+    chunks = [rng.normal([1.0, -2.0, 5.0], [0.5, 2.0, 3.0], size=(64, 3)) for _ in range(5)]
+    for chunk in chunks:
+        norm.update(torch.tensor(chunk, dtype=torch.float32).view(8, 8, 3))  # any leading dims
+    data = np.concatenate(chunks)
+    np.testing.assert_allclose(norm.mean.numpy(), data.mean(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(norm.var.numpy(), data.var(0), rtol=1e-4)
+    x = torch.tensor([[data.mean(0)[0], -2.0, 5.0 + 1e6]], dtype=torch.float32)
+    out = norm(x)
+    assert abs(out[0, 0]) < 1e-4 and out[0, 2] == 10.0  # centred, and clipped at +-10
+
+
+def test_normalized_agent_keeps_replay_fidelity_and_checkpoints_its_stats(tmp_path, capsys):
+
+    envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
+    agent = MemoryAgent(
+        envs.single_observation_space,
+        envs.single_action_space,
+        backbone="gtrxl",
+        dim=16,
+        layers=1,
+        heads=2,
+        memory=8,
+        normalize_obs=True,
+    )
+    buffer = RolloutBuffer(16, 4, 8, "cpu")
+    actor = LocalActor(envs, agent, seed=0, device="cpu")
+    actor.collect(buffer)
+    agent.update_obs_norm(buffer.obs)  # stats move between rollouts, never within one
+    assert agent.obs_norm.count > 60
+    actor.collect(buffer)
+    (batch,) = buffer.minibatches(1)
+    log_prob, _, _, _ = agent.evaluate(batch.segment)
+    torch.testing.assert_close(log_prob, batch.log_probs, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="normalize_obs=true needs a 1-D float Box"):
+        MemoryAgent(gym.spaces.Discrete(3), gym.spaces.Discrete(2), normalize_obs=True)
+
+    run = tmp_path / "run"
+    args = [
+        "env=stateless_cartpole",
+        "agent.normalize_obs=true",
+        "env.num_envs=4",
+        "algo.num_steps=16",
+        "algo.segment_length=8",
+        "algo.num_minibatches=2",
+        "algo.epochs=1",
+        "agent.dim=16",
+        "agent.layers=1",
+        "agent.heads=2",
+        "agent.memory=8",
+        "total_steps=128",
+        f"run_dir={run}",
+        "progress=false",
+    ]
+    from rltrans.train import main as train_main
+
+    assert train_main(args) == 0
+    policy = load_policy(run)
+    assert policy.agent.obs_norm.count > 100  # the statistics came back with the weights
