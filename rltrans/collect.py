@@ -34,9 +34,8 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec, WrapperSpec
 from omegaconf import DictConfig, OmegaConf
 
-from rltrans.checkpoint import CheckpointError, CheckpointMismatchError, describe, space_to_dict
-from rltrans.config import ConfigError, config_help, load_config
-from rltrans.logging import print_summary
+from rltrans.checkpoint import describe, space_to_dict
+from rltrans.config import ConfigError, run_cli
 from rltrans.train import seed_everything, select_device
 
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -266,17 +265,7 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse overrides, collect, write, print one JSON line."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in argv or "-h" in argv:
-        print(__doc__.strip() + "\n\n" + config_help("collect"))
-        return 0
-    try:
-        summary = collect(load_config(argv, "collect"))
-    except (ConfigError, FileNotFoundError, CheckpointError, CheckpointMismatchError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print_summary(summary)
-    return 0
+    return run_cli(argv, "collect", __doc__, collect)
 
 
 if __name__ == "__main__":

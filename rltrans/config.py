@@ -9,6 +9,8 @@ logging setup.
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -82,3 +84,27 @@ def config_help(config_name: str = "train") -> str:
 def to_container(cfg: DictConfig) -> dict:
     """Resolved plain-dict copy of a config (for checkpoints and run_dir/config.yaml)."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -> int:
+    """Shared body of the command-line tools: ``--help``, ``--cfg``, config errors and the
+    one-line JSON summary. ``run(cfg) -> summary``; exit code 2 for a user error, 1 when the
+    summary's status is not "finished", else 0."""
+    from rltrans.checkpoint import CheckpointError, CheckpointMismatchError
+    from rltrans.logging import print_summary
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in argv or "-h" in argv:
+        print(doc.strip() + "\n\n" + config_help(config_name))
+        return 0
+    try:
+        cfg = load_config([a for a in argv if a != "--cfg"], config_name)
+        if "--cfg" in argv:
+            print(OmegaConf.to_yaml(cfg))
+            return 0
+        summary = run(cfg)
+    except (ConfigError, FileNotFoundError, CheckpointError, CheckpointMismatchError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print_summary(summary)
+    return 0 if summary.get("status", "finished") == "finished" else 1

@@ -31,8 +31,8 @@ from rltrans.checkpoint import (
     load_checkpoint,
     space_to_dict,
 )
-from rltrans.config import ConfigError, config_help, load_config
-from rltrans.logging import EpisodeTracker, print_summary
+from rltrans.config import ConfigError, run_cli
+from rltrans.logging import EpisodeTracker
 from rltrans.policy import agent_from_checkpoint, resolve_checkpoint
 from rltrans.train import seed_everything, select_device
 
@@ -360,20 +360,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse overrides, evaluate, print one JSON line."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in argv or "-h" in argv:
-        print(__doc__.strip() + "\n\n" + config_help("evaluate"))
-        return 0
-    try:
-        cfg = load_config(argv, "evaluate")
+
+    def run(cfg: DictConfig) -> dict[str, Any]:
         if cfg.checkpoint is None:
             raise ConfigError("checkpoint=<checkpoint file or run dir> is required")
-        summary = evaluate(cfg)
-    except (ConfigError, FileNotFoundError, CheckpointError, CheckpointMismatchError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print_summary(summary)
-    return 0
+        return evaluate(cfg)
+
+    return run_cli(argv, "evaluate", __doc__, run)
 
 
 if __name__ == "__main__":

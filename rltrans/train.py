@@ -21,16 +21,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rltrans.checkpoint import (
-    CheckpointError,
     CheckpointManager,
-    CheckpointMismatchError,
     check_compatible,
     restore_rng_state,
     rng_state,
     space_to_dict,
 )
-from rltrans.config import ConfigError, config_help, load_config, to_container
-from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar, print_summary
+from rltrans.config import ConfigError, run_cli, to_container
+from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
 from rltrans.policy import spaces_payload
 
 
@@ -228,25 +226,14 @@ TRAINERS = {"online": train_online, "offline": train_offline}
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse overrides, train, print one JSON summary line."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in argv or "-h" in argv:
-        print(__doc__.strip() + "\n\n" + config_help("train"))
-        return 0
-    show_cfg = "--cfg" in argv
-    try:
-        cfg = load_config([a for a in argv if a != "--cfg"], "train")
-        if show_cfg:
-            print(OmegaConf.to_yaml(cfg))
-            return 0
+
+    def run(cfg: DictConfig) -> dict[str, Any]:
         kind = cfg.algo.kind
         if kind not in TRAINERS:
             raise ConfigError(f"unknown algo kind {kind!r}; valid kinds: {', '.join(TRAINERS)}")
-        summary = TRAINERS[kind](cfg)
-    except (ConfigError, CheckpointError, CheckpointMismatchError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print_summary(summary)
-    return 0 if summary["status"] == "finished" else 1
+        return TRAINERS[kind](cfg)
+
+    return run_cli(argv, "train", __doc__, run)
 
 
 if __name__ == "__main__":
