@@ -175,3 +175,29 @@ class RingKV(NamedTuple):
         s.values[self.layer, :, :, c + m] = value[:, :, 0]
         span = slice(c, c + m + 1)
         return s.keys[self.layer, :, :, span], s.values[self.layer, :, :, span]
+
+
+class WindowedMemory:
+    """Memory plumbing shared by the stacks that keep M steps of Y inputs (GTrXL: Y layers;
+    Universal Transformer: Y depth steps). Subclasses set ``memory_slots`` (Y), ``memory`` (M),
+    ``dim`` and ``heads``."""
+
+    memory_slots: int
+    memory: int
+    dim: int
+    heads: int
+
+    def empty_memory(self, batch: int, device=None, dtype=None) -> Memory:
+        """All-invalid training memory for ``batch`` sequences."""
+        return Memory.empty(self.memory_slots, batch, self.memory, self.dim, device, dtype)
+
+    def initial_state(self, envs: int, device=None, dtype=None) -> MemoryState:
+        """All-invalid acting state (with a key/value cache) for ``envs`` environments."""
+        if self.memory < 1:
+            raise ValueError("acting with a cache needs memory >= 1")
+        sizes = (self.memory_slots, envs, self.memory, self.dim, self.heads)
+        return MemoryState.empty(*sizes, device, dtype)
+
+    def state_to_memory(self, state: MemoryState) -> Memory:
+        """Copy the acting window out as the training memory of a segment that starts now."""
+        return state.to_memory()

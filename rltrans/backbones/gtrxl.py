@@ -31,7 +31,13 @@ from rltrans.core.attention import Kernel, sequence_mask
 from rltrans.core.block import FFActivation, NormPlacement, SublayerActivation, build_block
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName, build_input_position
-from rltrans.memory import Memory, MemoryState, last_steps, next_window_validity
+from rltrans.memory import (
+    Memory,
+    MemoryState,
+    WindowedMemory,
+    last_steps,
+    next_window_validity,
+)
 
 PRESETS: dict[str, dict[str, Any]] = {
     "gtrxl": {"norm": "pre", "sublayer_activation": "relu", "gate": "gru", "position": "xl"},
@@ -49,7 +55,7 @@ def episode_positions(starts: Tensor | None, time0: Tensor, length: int) -> Tens
     return torch.where(last_start >= 0, idx - last_start, time0.unsqueeze(1) + idx)
 
 
-class TransformerStack(nn.Module):
+class TransformerStack(WindowedMemory, nn.Module):
     """A stack of Y TransformerBlocks with optional segment memory of M steps.
 
     >>> stack = TransformerStack(dim=32, layers=2, heads=4, memory=8)
@@ -121,20 +127,10 @@ class TransformerStack(nn.Module):
             raise ValueError(f"unknown preset {name!r}; valid choices: {', '.join(PRESETS)}")
         return cls(dim, layers, heads, **{**PRESETS[name], **kwargs})
 
-    def empty_memory(self, batch: int, device=None, dtype=None) -> Memory:
-        """All-invalid training memory for ``batch`` sequences."""
-        return Memory.empty(self.layers, batch, self.memory, self.dim, device, dtype)
-
-    def initial_state(self, envs: int, device=None, dtype=None) -> MemoryState:
-        """All-invalid acting state (with key/value cache) for ``envs`` environments."""
-        if self.memory < 1:
-            raise ValueError("acting with a cache needs memory >= 1")
-        sizes = (self.layers, envs, self.memory, self.dim, self.heads)
-        return MemoryState.empty(*sizes, device, dtype)
-
-    def state_to_memory(self, state: MemoryState) -> Memory:
-        """Copy the acting window out as the training memory of a segment that starts now."""
-        return state.to_memory()
+    @property
+    def memory_slots(self) -> int:
+        """One memory window per layer."""
+        return self.layers
 
     def add_input_position(self, x: Tensor, positions: Tensor) -> Tensor:
         """Add the absolute position embedding, if the scheme has one."""

@@ -64,7 +64,7 @@ from rltrans.core.attention import Kernel, sequence_mask
 from rltrans.core.block import NormPlacement, SublayerActivation, build_block
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName, build_input_position, sinusoid
-from rltrans.memory import Memory, MemoryState, last_steps, next_window_validity
+from rltrans.memory import Memory, MemoryState, WindowedMemory, last_steps, next_window_validity
 
 
 def act_aux(result: ACTOutput) -> dict[str, Tensor]:
@@ -79,7 +79,7 @@ def act_aux(result: ACTOutput) -> dict[str, Tensor]:
     }
 
 
-class UniversalTransformer(nn.Module):
+class UniversalTransformer(WindowedMemory, nn.Module):
     """One shared TransformerBlock applied up to ``max_steps`` times with ACT halting.
 
     Block options (position, gate, norm, ...) are those of
@@ -155,20 +155,10 @@ class UniversalTransformer(nn.Module):
         # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm.
         self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
 
-    def empty_memory(self, batch: int, device=None, dtype=None) -> Memory:
-        """All-invalid training memory (one entry per depth step) for ``batch`` sequences."""
-        return Memory.empty(self.max_steps, batch, self.memory, self.dim, device, dtype)
-
-    def initial_state(self, envs: int, device=None, dtype=None) -> MemoryState:
-        """All-invalid acting state with a key/value cache per depth step for ``envs`` envs."""
-        if self.memory < 1:
-            raise ValueError("acting with a cache needs memory >= 1")
-        sizes = (self.max_steps, envs, self.memory, self.dim, self.heads)
-        return MemoryState.empty(*sizes, device, dtype)
-
-    def state_to_memory(self, state: MemoryState) -> Memory:
-        """Copy the acting window out as the training memory of a segment that starts now."""
-        return state.to_memory()
+    @property
+    def memory_slots(self) -> int:
+        """One memory window per depth step."""
+        return self.max_steps
 
     def coordinates(self, h: Tensor, step: int, position: Tensor | None) -> Tensor:
         """Block input H + P^t at depth ``step`` (0-based): depth sinusoid plus position signal."""
