@@ -22,6 +22,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from rltrans.core.attention import sequence_mask
+
 
 class Memory(NamedTuple):
     """Training-time memory of B sequences.
@@ -184,6 +186,7 @@ class WindowedMemory:
 
     memory_slots: int
     memory: int
+    causal: bool
     dim: int
     heads: int
 
@@ -201,3 +204,38 @@ class WindowedMemory:
     def state_to_memory(self, state: MemoryState) -> Memory:
         """Copy the acting window out as the training memory of a segment that starts now."""
         return state.to_memory()
+
+    def segment_context(
+        self,
+        x: Tensor,
+        memory: Memory | None,
+        starts: Tensor | None,
+        key_padding: Tensor | None,
+        positions: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        """Positions (B, L) (default: steps since episode start) and the windowed attention
+        mask (B|1, 1, L, M+L) of a training segment x (B, L, D) that follows ``memory``."""
+        b, length = x.shape[:2]
+        if positions is None:
+            time0 = memory.time if memory is not None else x.new_zeros(b, dtype=torch.long)
+            positions = episode_positions(starts, time0, length)
+        mask = sequence_mask(
+            length,
+            self.memory if memory is not None else 0,
+            window=self.memory if self.memory > 0 else None,
+            causal=self.causal,
+            memory_valid=memory.valid if memory is not None else None,
+            starts=starts,
+            key_padding=key_padding,
+            device=x.device,
+        )
+        return positions, mask
+
+
+def episode_positions(starts: Tensor | None, time0: Tensor, length: int) -> Tensor:
+    """(B, L) steps since episode start for a segment whose first token is at ``time0`` (B,)."""
+    idx = torch.arange(length, device=time0.device).expand(time0.shape[0], length)  # (B, L)
+    if starts is None:
+        return time0.unsqueeze(1) + idx
+    last_start = torch.where(starts.bool(), idx, torch.full_like(idx, -1)).cummax(dim=1).values
+    return torch.where(last_start >= 0, idx - last_start, time0.unsqueeze(1) + idx)

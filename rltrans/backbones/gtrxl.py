@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rltrans.core.attention import Kernel, sequence_mask
+from rltrans.core.attention import Kernel
 from rltrans.core.block import FFActivation, NormPlacement, SublayerActivation, build_block
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName, build_input_position
@@ -44,15 +44,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "trxl": {"norm": "post", "sublayer_activation": "none", "gate": "residual", "position": "xl"},
     "trxl_i": {"norm": "pre", "sublayer_activation": "relu", "gate": "residual", "position": "xl"},
 }
-
-
-def episode_positions(starts: Tensor | None, time0: Tensor, length: int) -> Tensor:
-    """(B, L) steps since episode start for a segment whose first token is at ``time0`` (B,)."""
-    idx = torch.arange(length, device=time0.device).expand(time0.shape[0], length)  # (B, L)
-    if starts is None:
-        return time0.unsqueeze(1) + idx
-    last_start = torch.where(starts.bool(), idx, torch.full_like(idx, -1)).cummax(dim=1).values
-    return torch.where(last_start >= 0, idx - last_start, time0.unsqueeze(1) + idx)
 
 
 class TransformerStack(WindowedMemory, nn.Module):
@@ -154,26 +145,13 @@ class TransformerStack(WindowedMemory, nn.Module):
         real tokens (only without memory). positions (B, L) long: absolute
         positions for absolute schemes (default: steps since episode start).
         """
-        b, length, _ = x.shape
         if self.memory == 0:
             memory = None  # a memoryless stack passes no memory on
         m = self.memory if memory is not None else 0
         if memory is not None and memory.hidden.shape[2] != self.memory:
             got = memory.hidden.shape[2]
             raise ValueError(f"memory holds {got} steps, the stack expects {self.memory}")
-        if positions is None:
-            time0 = memory.time if memory is not None else x.new_zeros(b, dtype=torch.long)
-            positions = episode_positions(starts, time0, length)
-        mask = sequence_mask(
-            length,
-            m,
-            window=self.memory if self.memory > 0 else None,
-            causal=self.causal,
-            memory_valid=memory.valid if memory is not None else None,
-            starts=starts,
-            key_padding=key_padding,
-            device=x.device,
-        )  # (B|1, 1, L, M+L)
+        positions, mask = self.segment_context(x, memory, starts, key_padding, positions)
         h = self.add_input_position(x, positions)
         new_hidden = []
         for i, block in enumerate(self.blocks):

@@ -58,9 +58,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from rltrans.backbones.gtrxl import episode_positions
 from rltrans.core.act import ACTOutput, HaltingName, build_halting
-from rltrans.core.attention import Kernel, sequence_mask
+from rltrans.core.attention import Kernel
 from rltrans.core.block import NormPlacement, SublayerActivation, build_block
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName, build_input_position, sinusoid
@@ -186,25 +185,12 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         bool: True for real tokens (only without memory). positions (B, L) long:
         episode times for absolute schemes (default: steps since episode start).
         """
-        b, length, _ = x.shape
         m = self.memory if memory is not None else 0
         if memory is not None and memory.hidden.shape[1:3] != (self.max_steps, self.memory):
             got = tuple(memory.hidden.shape[1:3])
             want = (self.max_steps, self.memory)
             raise ValueError(f"memory holds (depth steps, steps) = {got}, expected {want}")
-        if positions is None:
-            time0 = memory.time if memory is not None else x.new_zeros(b, dtype=torch.long)
-            positions = episode_positions(starts, time0, length)
-        mask = sequence_mask(
-            length,
-            m,
-            window=self.memory if self.memory > 0 else None,
-            causal=self.causal,
-            memory_valid=memory.valid if memory is not None else None,
-            starts=starts,
-            key_padding=key_padding,
-            device=x.device,
-        )  # (B|1, 1, L, M+L)
+        positions, mask = self.segment_context(x, memory, starts, key_padding, positions)
         position = self.position_signal(positions, x.dtype)
         block_inputs: list[Tensor] = []  # depth-t block inputs H^{t-1} + P^t, (B, L, D) each
 
