@@ -10,9 +10,11 @@ Two forms, both plain data (STYLE 7: no hidden ``self.memory`` in modules):
   step writes O(1) slots and reads the last M steps, in time order, as a view.
 
 Ring layout: before step t the cursor c = t mod M and slots [c, c + M) hold
-steps t - M .. t - 1 in order. Step t is written to slots c and c + M; the next
-window [c + 1, c + 1 + M) then holds t - M + 1 .. t. No copy of the window is
-ever made while acting.
+steps t - M .. t - 1 in order. Step t is written to slot c + M, so [c, c + M]
+is the window followed by the step itself (what the step attends over), and
+``advance`` copies it to its twin slot c for all layers at once; the next window
+[c + 1, c + 1 + M) then holds t - M + 1 .. t. No copy of the window is ever made
+while acting.
 """
 
 from __future__ import annotations
@@ -104,14 +106,17 @@ class MemoryState(NamedTuple):
         hidden = self.hidden[:, :, w].transpose(0, 1).contiguous()  # (N, Y, M, D), a copy
         return Memory(hidden, self.valid[:, w].clone(), self.time.clone())
 
-    def step_mask(self) -> Tensor:
-        """(N, 1, 1, M+1) attention mask of the current step over [window ; itself].
+    def step_mask(self, dtype: torch.dtype) -> Tensor:
+        """(N, 1, 1, M+1) additive attention mask (0 or -inf) of the current step over
+        [window ; itself], built once per step for all layers.
 
         The current step goes to slot c + M (the twin of slot c, whose copy at c still
         holds the window's oldest step), so [window ; current] is the slice [c, c+M]."""
-        self.valid[:, self.cursor + self.size] = True
-        return self.valid[:, self.cursor : self.cursor + self.size + 1].view(
-            -1, 1, 1, self.size + 1
+        c, m = self.cursor, self.size
+        self.valid[:, c + m] = True
+        visible = self.valid[:, c : c + m + 1].view(-1, 1, 1, m + 1)
+        return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(
+            ~visible, float("-inf")
         )
 
     def layer_cache(self, layer: int) -> RingKV:
@@ -119,20 +124,19 @@ class MemoryState(NamedTuple):
         return RingKV(self, layer)
 
     def write(self, layer: int, hidden: Tensor, key: Tensor, value: Tensor) -> None:
-        """Store one step of one layer, hidden (N, D) and key/value (N, H, D/H), in both slots."""
+        """Store one step of one layer, hidden (N, D) and key/value (N, H, D/H), at slot c + M."""
         self.write_hidden(layer, hidden)
-        for slot in (self.cursor, self.cursor + self.size):
-            self.keys[layer, :, :, slot] = key
-            self.values[layer, :, :, slot] = value
+        self.keys[layer, :, :, self.cursor + self.size] = key
+        self.values[layer, :, :, self.cursor + self.size] = value
 
     def write_hidden(self, layer: int, hidden: Tensor) -> None:
-        """Store one step's input of one layer, hidden (N, D), in both ring slots."""
-        for slot in (self.cursor, self.cursor + self.size):
-            self.hidden[layer, :, slot] = hidden
+        """Store one step's input of one layer, hidden (N, D), at slot c + M."""
+        self.hidden[layer, :, self.cursor + self.size] = hidden
 
     def advance(self) -> MemoryState:
-        """Copy the step's keys/values to their twin slot, mark it valid, move the cursor."""
+        """Copy the step (slot c + M, all layers) to its twin slot c, mark it valid, move on."""
         c, m = self.cursor, self.size
+        self.hidden[:, :, c] = self.hidden[:, :, c + m]
         self.keys[:, :, :, c] = self.keys[:, :, :, c + m]
         self.values[:, :, :, c] = self.values[:, :, :, c + m]
         self.valid[:, c] = True

@@ -180,7 +180,7 @@ class TransformerStack(WindowedMemory, nn.Module):
         if done is not None:
             state = state.reset_where(done.bool())
         h = self.add_input_position(x.unsqueeze(1), state.time.unsqueeze(1))  # (N, 1, D)
-        mask = state.step_mask()  # (N, 1, 1, M+1): the valid window and the query itself
+        mask = state.step_mask(h.dtype)  # (N, 1, 1, M+1): the valid window and the query itself
         for i, block in enumerate(self.blocks):
             state.write_hidden(i, h[:, 0])
             h, _ = block(h, mask=mask, cache=state.layer_cache(i))

@@ -229,10 +229,8 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         """
         if done is not None:
             state = state.reset_where(done.bool())
-        n = x.shape[0]
         w = state.window()
-        # The query sees its valid window and itself: (N, 1, 1, M+1).
-        mask = torch.cat([state.valid[:, w], state.valid.new_ones(n, 1)], dim=1).view(n, 1, 1, -1)
+        mask = state.step_mask(x.dtype)  # (N, 1, 1, M+1): the valid window and the query itself
         position = self.position_signal(state.time.unsqueeze(1), x.dtype)  # (N, 1, D) | None
 
         def depth_step(h: Tensor, step: int) -> Tensor:

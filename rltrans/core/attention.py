@@ -36,9 +36,11 @@ def check_choice(name: str, value: str, valid: tuple[str, ...]) -> str:
 
 
 def mask_to_bias(mask: Tensor | None, bias: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    """Fold a boolean mask into an additive float bias (``-inf`` where masked)."""
+    """Fold a mask (boolean, or already additive) into an additive float bias."""
     if mask is None:
         return bias
+    if mask.is_floating_point():
+        return mask if bias is None else bias + mask
     if bias is None:
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return bias.masked_fill(~mask, float("-inf"))
@@ -57,18 +59,20 @@ def attend(
     """Scaled dot-product attention, the single kernel every rltrans model uses.
 
     q: (B, H, L, E); k, v: (B, H, S, E); mask: bool broadcastable to (B, H, L, S),
-    True = may attend; bias: float broadcastable to (B, H, L, S), added to the
-    scores. Scores are scaled by 1/sqrt(E), E being the head dimension
+    True = may attend (or the same as an additive float mask, 0 / -inf, which saves
+    re-inverting a mask shared by many layers); bias: float broadcastable to
+    (B, H, L, S), added to the scores. Scores are scaled by 1/sqrt(E), E being the head dimension
     (Vaswani et al. 2017, eq. 1), not the model width.
 
     >>> q = k = v = torch.randn(2, 4, 8, 16)
     >>> attend(q, k, v).shape
     torch.Size([2, 4, 8, 16])
     """
-    if kernel == "sdpa" and not (bias is not None and bias.requires_grad):
+    if kernel == "sdpa" and q.shape[-2] > 1 and not (bias is not None and bias.requires_grad):
         # SDPA accepts either a boolean mask or one float bias: fold them when both are given.
         # A bias that needs a gradient (xl's relative term in training) sends SDPA to its
-        # unfused fallback, which is slower than the reference math below, so use that.
+        # unfused fallback, which is slower than the reference math below, so use that. So
+        # does a single query (an acting step): one row of scores is cheaper than SDPA's setup.
         attn_mask = mask if bias is None else mask_to_bias(mask, bias, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
     probs = attention_probs(q, k, mask=mask, bias=bias)
@@ -86,7 +90,9 @@ def attention_probs(
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)  # (B, H, L, S)
     if bias is not None:
         scores += bias
-    if mask is not None:
+    if mask is not None and mask.is_floating_point():
+        scores += mask
+    elif mask is not None:
         scores.masked_fill_(~mask, float("-inf"))
     return scores.softmax(dim=-1)
 

@@ -79,7 +79,7 @@ class TransformerBlock(nn.Module):
         self.gate2 = build_gate(gate, dim, gate_bias=gate_bias)
         self.norm1 = nn.LayerNorm(dim)
         self.norm2 = nn.LayerNorm(dim)
-        self.drop = nn.Dropout(dropout)
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.act = nn.ReLU() if sublayer_activation == "relu" else nn.Identity()
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:

@@ -250,9 +250,27 @@ class XLAttention(nn.Module):
         self.r_proj = nn.Linear(dim, dim, bias=False)  # W_kR
         self.u = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
         self.v = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
+        self._memo: Tensor | None = None  # relative_keys without autograd, see there
+        self._memo_key: tuple | None = None
 
     def relative_keys(self, keys: int, length: int, device: torch.device) -> Tensor:
-        """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L."""
+        """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L.
+
+        Without autograd (acting) the result is memoised per shape until W_kR changes: it
+        depends on nothing else, and an acting step would otherwise redo a (W, D) x (D, D)
+        matmul per layer. The key holds the weight's version counter, which every in-place
+        update (optimizer step, load_state_dict) bumps.
+        """
+        weight = self.r_proj.weight
+        if torch.is_grad_enabled():
+            return self.project_relative(keys, length, device)
+        key = (keys, length, device, weight.dtype, weight.data_ptr(), weight._version)
+        if self._memo_key != key:
+            self._memo, self._memo_key = self.project_relative(keys, length, device), key
+        return self._memo
+
+    def project_relative(self, keys: int, length: int, device: torch.device) -> Tensor:
+        """W_kR R over the descending distances, computed: (H, W, E)."""
         table = descending_sinusoid(keys - 1, keys + length, self.dim, device)  # (W, D)
         r = self.r_proj(table.to(self.r_proj.weight.dtype))  # (W, D)
         return r.view(-1, self.heads, self.head_dim).transpose(0, 1)  # (H, W, E)

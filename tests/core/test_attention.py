@@ -105,3 +105,20 @@ def test_unknown_kernel_lists_valid_ones():
 def test_heads_must_divide_dim():
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 4, build_attention_position("none", 10, 4))
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "math"])
+@pytest.mark.parametrize("length", [1, 5])
+def test_additive_float_mask_equals_boolean_mask(kernel, length):
+    """An additive 0/-inf mask (built once per acting step) means the same as the boolean one,
+    with and without a bias, for a single query (the acting path) and for several."""
+    q = torch.randn(2, 3, length, 8, dtype=torch.float64)
+    k, v = (torch.randn(2, 3, 7, 8, dtype=torch.float64) for _ in range(2))
+    mask = sequence_mask(length, 7 - length, memory_valid=torch.rand(2, 7 - length) > 0.5)
+    additive = torch.zeros(mask.shape, dtype=torch.float64).masked_fill(~mask, float("-inf"))
+    bias = torch.randn(3, length, 7, dtype=torch.float64)
+    for b in (None, bias):
+        expected = attend(q, k, v, mask=mask, bias=b, kernel="math")
+        got = attend(q, k, v, mask=additive, bias=b, kernel=kernel)
+        torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(attend(q, k, v, mask=mask), naive_attention(q, k, v, mask))

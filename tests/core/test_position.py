@@ -150,3 +150,23 @@ def test_unknown_position_lists_valid_ones():
 def test_rotary_needs_even_head_dim():
     with pytest.raises(ValueError, match="even head dimension"):
         RotaryAttention(5)
+
+
+def test_xl_relative_keys_memo_follows_weight_updates():
+    """Without autograd W_kR R is memoised; an optimizer step or a load must invalidate it."""
+    xl = XLAttention(D, H).double()
+    opt = torch.optim.SGD(xl.parameters(), lr=0.1)
+    with torch.no_grad():
+        first = xl.relative_keys(9, 1, torch.device("cpu"))
+        assert xl.relative_keys(9, 1, torch.device("cpu")) is first  # memoised
+    loss = xl.relative_keys(9, 1, torch.device("cpu")).square().sum()  # with autograd: fresh
+    assert loss.requires_grad
+    loss.backward()
+    opt.step()
+    with torch.no_grad():
+        after_step = xl.relative_keys(9, 1, torch.device("cpu"))
+        torch.testing.assert_close(after_step, xl.project_relative(9, 1, torch.device("cpu")))
+        assert not torch.allclose(after_step, first)
+        xl.load_state_dict({k: torch.zeros_like(t) for k, t in xl.state_dict().items()})
+        assert xl.relative_keys(9, 1, torch.device("cpu")).abs().sum() == 0
+        assert xl.relative_keys(5, 2, torch.device("cpu")).shape == (H, 7, E)  # new shape
