@@ -38,10 +38,12 @@ from torch import Tensor, nn
 from agents.encoders import build_encoder
 from envs.spaces import obs_to_tensor
 from rltrans.backbones.causal import Init, causal_stack
+from rltrans.backbones.gtrxl import TransformerStack
 from rltrans.backbones.universal import UniversalTransformer
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryStats, normalizes_states
 from rltrans.core.attention import Kernel, check_choice
 from rltrans.core.block import FFActivation, NormPlacement
+from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName
 from rltrans.losses.dt import dt_action_loss
@@ -439,7 +441,7 @@ class DecisionTransformer(ContextPolicy):
         self.action_codec = build_actions(action_space, dim, dim, action_tanh)
         self.embed_timestep = nn.Embedding(max_timestep, dim)
         self.embed_norm = nn.LayerNorm(dim)  # LayerNorm of the token sequence (the DT code)
-        self.embed_drop = nn.Dropout(dropout)  # GPT-2's embedding dropout
+        self.embed_drop = Dropout(dropout)  # GPT-2's embedding dropout
         # GPT-2 as DT uses it (rltrans.backbones.causal); max_len counts tokens, 3 per step.
         options = dict(position=position, gate=gate, norm=norm, dropout=dropout, kernel=kernel)
         options["ff_activation"] = activation  # the DT Gym code's GPT-2 MLP uses ReLU
@@ -491,12 +493,26 @@ class DecisionTransformer(ContextPolicy):
         ponder = out[2]["ponder_cost"].view(b, k, 3) if len(out) > 2 else None  # UT only
         return out[0].view(b, k, 3, self.dim), ponder
 
+    def state_outputs(self, batch: TrajectoryBatch) -> Tensor:
+        """Stack outputs (B, K, D) at the s_t tokens alone, computed without dead work.
+
+        The same as ``hidden(batch)[:, :, 1]``, cheaper: the last action token a_K is seen by
+        no state token (causality), so it is left out, and the last layer computes queries,
+        MLP and final norm only at state tokens (``TransformerStack(outputs=...)``).
+        """
+        x = self.embed_drop(self.embed_norm(self.embed_tokens(batch)[:, :-1]))  # (B, 3K-1, D)
+        key_padding = batch.mask.bool().repeat_interleave(3, dim=1)[:, :-1]
+        return self.transformer(x, key_padding=key_padding, outputs=slice(1, None, 3))[0]
+
     def hidden(self, batch: TrajectoryBatch) -> Tensor:
         """Stack outputs (B, K, 3, D): [:, t, 0] R_t, [:, t, 1] s_t, [:, t, 2] a_t."""
         return self.hidden_and_ponder(batch)[0]
 
     def predict(self, batch: TrajectoryBatch) -> DTOutput:
         """Action from each s_t token; next return and state from each a_t token if enabled."""
+        plain = self.next_state_head is None and self.next_return_head is None
+        if plain and isinstance(self.transformer, TransformerStack):
+            return DTOutput(self.action_codec(self.state_outputs(batch)), None, None, None)
         h, ponder = self.hidden_and_ponder(batch)
         action = self.action_codec(h[:, :, 1])  # (B, K, A) from the state tokens
         h_a = h[:, :, 2]  # (B, K, D) action tokens: they have seen (R_t, s_t, a_t)
@@ -542,8 +558,8 @@ class BehaviorCloning(ContextPolicy):
         width = self.features.out_dim
         mlp: list[nn.Module] = [nn.Linear(history * width, dim)]
         for _ in range(layers - 1):
-            mlp += [nn.ReLU(), nn.Dropout(dropout), nn.Linear(dim, dim)]
-        self.mlp = nn.Sequential(*mlp, nn.ReLU(), nn.Dropout(dropout))
+            mlp += [nn.ReLU(), Dropout(dropout), nn.Linear(dim, dim)]
+        self.mlp = nn.Sequential(*mlp, nn.ReLU(), Dropout(dropout))
         self.action_codec = build_actions(action_space, dim, dim, action_tanh)
 
     def predict(self, batch: TrajectoryBatch) -> DTOutput:

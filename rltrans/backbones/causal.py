@@ -20,10 +20,12 @@ causal mask          ``causal=True``, memory 0     the action of step t sees onl
 init N(0, 0.02)      ``init="gpt2"``               residual projections scaled by 1/sqrt(2Y)
 ===================  ============================  ==============================================
 
-One known difference with the DT reference code, a fact for whoever compares runs: the
-core's MLP also drops out its hidden layer (GPT-2 drops out only the MLP's output). The Gym
+Dropout sits where GPT-2 has it (embeddings, attention weights, each sub-layer's output;
+not the MLP's hidden layer); on CPU its masks come from :mod:`rltrans.core.dropout`. The Gym
 experiments' ReLU MLP is ``ff_activation="relu"`` (GELU is GPT-2's and DT's Atari minGPT).
 Attention is never re-implemented here: every option above is the core of :mod:`rltrans.core`.
+``TransformerStack(outputs=...)`` lets a caller that needs only some positions (DT: the
+state tokens) skip the last layer's work everywhere else.
 """
 
 from __future__ import annotations

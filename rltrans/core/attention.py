@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rltrans.core.dropout import dropout as drop_out
+
 Kernel = Literal["sdpa", "math"]
 KERNELS: tuple[str, ...] = get_args(Kernel)
 
@@ -68,17 +70,27 @@ def attend(
     >>> attend(q, k, v).shape
     torch.Size([2, 4, 8, 16])
     """
-    if kernel == "sdpa" and q.shape[-2] > 1 and not (bias is not None and bias.requires_grad):
+    if kernel == "sdpa" and use_sdpa(q, bias, dropout):
         # SDPA accepts either a boolean mask or one float bias: fold them when both are given.
-        # A bias that needs a gradient (xl's relative term in training) sends SDPA to its
-        # unfused fallback, which is slower than the reference math below, so use that. So
-        # does a single query (an acting step): one row of scores is cheaper than SDPA's setup.
         attn_mask = mask if bias is None else mask_to_bias(mask, bias, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
     probs = attention_probs(q, k, mask=mask, bias=bias)
-    if dropout > 0.0:
-        probs = F.dropout(probs, p=dropout)
-    return probs @ v
+    return drop_out(probs, dropout) @ v
+
+
+def use_sdpa(q: Tensor, bias: Tensor | None, dropout: float) -> bool:
+    """Whether SDPA beats the reference math for this call (measured on CPU, see the README).
+
+    Not for a bias that needs a gradient (xl's relative term in training: SDPA's unfused
+    fallback is slower than the math below), a single query (an acting step: one row of
+    scores is cheaper than SDPA's setup), or dropout on CPU (SDPA's CPU path then draws its
+    mask with ``bernoulli_``, 3x the cost of :func:`rltrans.core.dropout.dropout`).
+    """
+    if bias is not None and bias.requires_grad:
+        return False
+    if q.shape[-2] == 1:
+        return False
+    return not (dropout > 0.0 and q.device.type == "cpu")
 
 
 def attention_probs(
@@ -204,6 +216,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         *,
         cache: Any = None,
+        queries: slice | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Attend from x (B, L, D) over ``[memory ; x]``.
 
@@ -212,11 +225,19 @@ class MultiHeadAttention(nn.Module):
         concatenated with the current tokens' keys/values. cache: instead, an object
         whose ``extend(k_cur, v_cur)`` stores the current keys/values next to the
         cached window and returns [window ; current] as views, with no copy of the
-        window (acting, see :class:`rltrans.memory.RingKV`). Returns the output
-        (B, L, D) and the current tokens' own (k, v).
+        window (acting, see :class:`rltrans.memory.RingKV`). queries: only these tokens
+        of x ask (every token is still a key): for schemes where a query's position does
+        not enter the scores (``none`` and the absolute ones), with ``mask`` already cut to
+        the same rows. Returns the output (B, L or L', D) and the current tokens' own (k, v).
         """
-        b, length, dim = x.shape
-        q, k_cur, v_cur = (self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+        b, _, dim = x.shape
+        if queries is None:
+            q, k_cur, v_cur = (self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+        else:
+            k_cur, v_cur = self.project_kv(x)
+            bias = self.qkv_proj.bias[:dim] if self.qkv_proj.bias is not None else None
+            q = self.split_heads(F.linear(x[:, queries], self.qkv_proj.weight[:dim], bias))
+        length = q.shape[2]
         if cache is not None:
             k, v = cache.extend(k_cur, v_cur)  # (B, H, M+L, D/H) views of the ring buffer
         elif memory_kv is not None:

@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args
 from torch import Tensor, nn
 
 from rltrans.core.attention import Kernel, MultiHeadAttention, check_choice
+from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName, build_gate
 from rltrans.core.position import PositionName, build_attention_position
 
@@ -79,7 +80,7 @@ class TransformerBlock(nn.Module):
         self.gate2 = build_gate(gate, dim, gate_bias=gate_bias)
         self.norm1 = nn.LayerNorm(dim)
         self.norm2 = nn.LayerNorm(dim)
-        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.drop = Dropout(dropout) if dropout > 0 else nn.Identity()
         self.act = nn.ReLU() if sublayer_activation == "relu" else nn.Identity()
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
@@ -93,8 +94,12 @@ class TransformerBlock(nn.Module):
         mask: Tensor | None = None,
         *,
         cache: Any = None,
+        queries: slice | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """x (B, L, D) -> (B, L, D) and the current (k, v); memory as in MultiHeadAttention."""
+        """x (B, L, D) -> (B, L, D) and the current (k, v); memory as in MultiHeadAttention.
+
+        ``queries`` keeps only those positions of the output (B, L', D): all tokens are keys,
+        the rest of the block runs on the kept ones (see MultiHeadAttention)."""
         raise NotImplementedError  # pragma: no cover
 
 
@@ -112,9 +117,12 @@ class PreNormBlock(TransformerBlock):
         mask: Tensor | None = None,
         *,
         cache: Any = None,
+        queries: slice | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Gated attention then gated MLP, each on a normalised copy of the stream."""
-        a, kv = self.attn(self.norm1(x), memory_kv, mask, cache=cache)
+        a, kv = self.attn(self.norm1(x), memory_kv, mask, cache=cache, queries=queries)
+        if queries is not None:
+            x = x[:, queries]
         x = self.gate1(x, self.act(self.drop(a)))
         m = self.mlp(self.norm2(x))
         return self.gate2(x, self.act(self.drop(m))), kv
@@ -134,9 +142,12 @@ class PostNormBlock(TransformerBlock):
         mask: Tensor | None = None,
         *,
         cache: Any = None,
+        queries: slice | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Attention and MLP sub-layers, each followed by gate and LayerNorm."""
-        a, kv = self.attn(x, memory_kv, mask, cache=cache)
+        a, kv = self.attn(x, memory_kv, mask, cache=cache, queries=queries)
+        if queries is not None:
+            x = x[:, queries]
         x = self.norm1(self.gate1(x, self.act(self.drop(a))))
         m = self.mlp(x)
         return self.norm2(self.gate2(x, self.act(self.drop(m)))), kv

@@ -437,3 +437,12 @@ def test_cartpole_data_to_vector_env_evaluation_with_per_env_targets():
         ends += int(done.sum())
     assert ends > 0  # random-ish CartPole episodes end within 60 steps
     envs.close()
+
+
+@pytest.mark.parametrize("space", [DISCRETE, BOX], ids=["discrete", "continuous"])
+def test_state_outputs_equal_the_full_forward_at_state_tokens(space):
+    """The pruned training path (no last action token, last layer at state tokens only) gives
+    the full stack's s_t outputs, with padding."""
+    model = make_dt(space, layers=3)
+    batch = random_batch(space, pad=2)
+    torch.testing.assert_close(model.state_outputs(batch), model.hidden(batch)[:, :, 1])

@@ -195,3 +195,26 @@ def test_sdpa_and_math_kernels_agree_on_the_stack():
 def test_acting_needs_memory():
     with pytest.raises(ValueError, match="memory >= 1"):
         make(memory=0).initial_state(2)
+
+
+@pytest.mark.parametrize("position", ["none", "learned", "xl"])
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_selected_outputs_equal_the_whole_output_and_its_gradients(position, norm):
+    """outputs= cuts the last layer to the wanted queries (position-free schemes) or selects
+    afterwards (relative ones): same values and same parameter gradients either way."""
+    torch.manual_seed(0)
+    stack = TransformerStack(16, 3, 2, position=position, norm=norm, gate="gru").double()
+    x = torch.randn(2, 11, 16, dtype=torch.float64)
+    padding = torch.ones(2, 11, dtype=torch.bool)
+    padding[0, :4] = False
+    wanted = slice(1, None, 3)
+    full, _ = stack(x, key_padding=padding)
+    cut, _ = stack(x, key_padding=padding, outputs=wanted)
+    torch.testing.assert_close(cut, full[:, wanted])
+    grads = []
+    for out in (full[:, wanted], cut):
+        stack.zero_grad()
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        grads.append([p.grad.clone() for p in stack.parameters() if p.grad is not None])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)

@@ -1,0 +1,46 @@
+"""The core's dropout: inverted dropout with uniform-sample masks."""
+
+import pytest
+import torch
+
+from rltrans.core.attention import attend
+from rltrans.core.dropout import Dropout, dropout
+
+
+def test_keep_rate_scale_and_gradient():
+    torch.manual_seed(0)
+    x = torch.ones(200_000, requires_grad=True)
+    y = dropout(x, 0.3)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.005  # ~6 standard deviations
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.7))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, y.detach())  # d(x * keep)/dx = keep
+
+
+def test_identity_when_not_training_or_zero():
+    x = torch.randn(5, 7)
+    assert dropout(x, 0.5, training=False) is x
+    assert dropout(x, 0.0) is x
+    module = Dropout(0.5).eval()
+    assert module(x) is x
+    assert "p=0.5" in repr(module)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0])
+def test_bad_probability_is_named(p):
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        Dropout(p)
+    with pytest.raises(ValueError, match=str(p)):
+        dropout(torch.ones(3), p)
+
+
+def test_attention_dropout_on_cpu_drops_whole_weights_and_keeps_the_mean():
+    """attend(dropout=p) on CPU goes through the math path with this dropout: outputs are
+    averages of kept, rescaled weights, so their mean over many draws is the dropout-free one."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 4, 8, dtype=torch.float64) for _ in range(3))
+    clean = attend(q, k, v)
+    draws = torch.stack([attend(q, k, v, dropout=0.2) for _ in range(4000)])
+    assert not torch.allclose(draws[0], clean)
+    torch.testing.assert_close(draws.mean(0), clean, atol=0.05, rtol=0)
