@@ -134,7 +134,19 @@ def acting_rows(dim: int, layers: int, heads: int, repeats: int) -> list[tuple[s
     return [(name, p, min(samples[name])) for name, p, _ in variants]
 
 
-def training_sps(agent: str, env: str, updates: int) -> dict[str, float]:
+# The reference's TrXL layer is attention plus a 1x ReLU projection (~5 D^2 parameters at one
+# head); ours has a 4x MLP (~13 D^2 with W_kR). ff_mult=1 matches its parameter count.
+SPS_ROWS = (
+    ("trxl", "trxl", ()),
+    ("trxl ff_mult=1", "trxl", ("agent.ff_mult=1",)),
+    ("gtrxl", "gtrxl", ()),
+    ("gtrxl ff_mult=1", "gtrxl", ("agent.ff_mult=1",)),
+)
+
+
+def training_sps(
+    agent: str, env: str, updates: int, extra: tuple[str, ...] = ()
+) -> dict[str, float]:
     """PPO steps per second at the reference small config, with the env/act/learn split."""
     from envs import make_env
     from rltrans.actors import LocalActor
@@ -153,6 +165,7 @@ def training_sps(agent: str, env: str, updates: int) -> dict[str, float]:
         "algo.num_steps=128",
         "algo.num_minibatches=8",
         "algo.epochs=4",
+        *extra,
     ]
     cfg = load_config(overrides)
     torch.manual_seed(0)
@@ -203,10 +216,11 @@ def main() -> None:
         print(
             f"\n## PPO training, 4 layers x 64, 1 head, M=16, 16 envs x 128 steps, env={args.env}"
         )
-        print(f"{'agent':8s} {'SPS':>7s} {'env s':>7s} {'act s':>7s} {'learn s':>8s}  (per update)")
-        for agent in ("trxl", "gtrxl"):
-            r = training_sps(agent, args.env, args.updates)
-            print(f"{agent:8s} {r['SPS']:7.0f} {r['env']:7.2f} {r['act']:7.2f} {r['learn']:8.2f}")
+        head = f"{'agent':24s} {'SPS':>7s} {'env s':>7s} {'act s':>7s} {'learn s':>8s}"
+        print(f"{head}  (per update)")
+        for name, agent, extra in SPS_ROWS:
+            r = training_sps(agent, args.env, args.updates, extra)
+            print(f"{name:24s} {r['SPS']:7.0f} {r['env']:7.2f} {r['act']:7.2f} {r['learn']:8.2f}")
 
 
 if __name__ == "__main__":
