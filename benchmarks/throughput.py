@@ -8,8 +8,9 @@ Part 1, acting latency (16 envs, memory M=64, vector observations, full agent.ac
   at ~1M backbone parameters (3 layers x 128, 4 heads) and at 3 layers x 384, 4 heads.
 
 Part 2, PPO training SPS on the small config of a popular PPO-TrXL script (4 layers x 64,
-1 head, M=16, 16 envs x 128 steps, 8 minibatches x 4 epochs) for agent=trxl and agent=gtrxl,
-split into env / act / learn time.
+1 head, M=16, 16 envs x 128 steps, 8 minibatches x 4 epochs) for agent=trxl and agent=gtrxl
+(each also with ff_mult=1, the reference layer's 1x MLP), split into env / act / learn time.
+Process CPU time of the median update, updates of all rows interleaved.
 
     python benchmarks/throughput.py [--threads 1] [--repeats 200] [--updates 3] [--env tmaze]
 """
@@ -144,52 +145,76 @@ SPS_ROWS = (
 )
 
 
-def training_sps(
-    agent: str, env: str, updates: int, extra: tuple[str, ...] = ()
-) -> dict[str, float]:
-    """PPO steps per second at the reference small config, with the env/act/learn split."""
-    from envs import make_env
-    from rltrans.actors import LocalActor
-    from rltrans.buffers.rollout import RolloutBuffer
-    from rltrans.learner import PPOLearner
-    from rltrans.train import build_agent
+class PPOSetup:
+    """One agent's PPO loop at the reference small config (4 layers x 64, 1 head, M=16, 16 envs
+    x 128 steps, 8 minibatches x 4 epochs), stepped one update at a time."""
 
-    overrides = [
-        f"agent={agent}",
-        f"env={env}",
-        "agent.dim=64",
-        "agent.layers=4",
-        "agent.heads=1",
-        "agent.memory=16",
-        "env.num_envs=16",
-        "algo.num_steps=128",
-        "algo.num_minibatches=8",
-        "algo.epochs=4",
-        *extra,
-    ]
-    cfg = load_config(overrides)
-    torch.manual_seed(0)
-    envs = make_env(cfg.env, seed=0)
-    model = build_agent(cfg, envs.single_observation_space, envs.single_action_space, "cpu")
-    algo = cfg.algo
-    buffer = RolloutBuffer(algo.num_steps, envs.num_envs, algo.segment_length, "cpu")
-    actor = LocalActor(envs, model, seed=0, device="cpu")
-    learner = PPOLearner(model, ppo=to_container(algo), lr=algo.lr, total_updates=updates + 1)
-    totals = {"env": 0.0, "act": 0.0, "learn": 0.0}
-    for i in range(updates + 1):  # the first update is warm-up
-        actor.collect(buffer)
-        buffer.compute_advantages(actor.bootstrap_value(), algo.gamma, algo.gae_lambda)
-        t0 = time.perf_counter()
-        learner.update(buffer)
-        learn = time.perf_counter() - t0
-        timings = actor.pop_timings()
-        if i > 0:
-            totals["env"] += timings["env"]
-            totals["act"] += timings["act"]
-            totals["learn"] += learn
-    envs.close()
-    steps = updates * algo.num_steps * envs.num_envs
-    return {"SPS": steps / sum(totals.values()), **{k: v / updates for k, v in totals.items()}}
+    def __init__(self, agent: str, env: str, updates: int, extra: tuple[str, ...] = ()) -> None:
+        from envs import make_env
+        from rltrans.actors import LocalActor
+        from rltrans.buffers.rollout import RolloutBuffer
+        from rltrans.learner import PPOLearner
+        from rltrans.train import build_agent
+
+        overrides = [
+            f"agent={agent}",
+            f"env={env}",
+            "agent.dim=64",
+            "agent.layers=4",
+            "agent.heads=1",
+            "agent.memory=16",
+            "env.num_envs=16",
+            "algo.num_steps=128",
+            "algo.num_minibatches=8",
+            "algo.epochs=4",
+            *extra,
+        ]
+        cfg = load_config(overrides)
+        torch.manual_seed(0)
+        self.envs = make_env(cfg.env, seed=0)
+        spaces = self.envs.single_observation_space, self.envs.single_action_space
+        model = build_agent(cfg, *spaces, "cpu")
+        self.algo = algo = cfg.algo
+        self.buffer = RolloutBuffer(algo.num_steps, self.envs.num_envs, algo.segment_length, "cpu")
+        self.actor = LocalActor(self.envs, model, seed=0, device="cpu")
+        ppo = to_container(algo)
+        self.learner = PPOLearner(model, ppo=ppo, lr=algo.lr, total_updates=updates + 1)
+        self.steps = algo.num_steps * self.envs.num_envs
+        self.samples: list[dict[str, float]] = []
+
+    def update(self) -> None:
+        """One rollout and one PPO update; CPU seconds of collect (env/act split by their wall
+        shares) and of learn."""
+        t0 = time.process_time()
+        self.actor.collect(self.buffer)
+        buffer, algo = self.buffer, self.algo
+        buffer.compute_advantages(self.actor.bootstrap_value(), algo.gamma, algo.gae_lambda)
+        t1 = time.process_time()
+        self.learner.update(self.buffer)
+        t2 = time.process_time()
+        wall = self.actor.pop_timings()
+        env_share = wall["env"] / max(wall["env"] + wall["act"], 1e-12)
+        collect = t1 - t0
+        self.samples.append(
+            {"env": collect * env_share, "act": collect * (1 - env_share), "learn": t2 - t1}
+        )
+
+    def result(self) -> dict[str, float]:
+        """SPS from the median update's CPU time (the first update is warm-up), and its split."""
+        runs = sorted(self.samples[1:], key=lambda r: sum(r.values()))
+        mid = runs[len(runs) // 2]
+        return {"SPS": self.steps / sum(mid.values()), **mid}
+
+
+def training_sps(env: str, updates: int) -> list[tuple[str, dict[str, float]]]:
+    """SPS of every row of SPS_ROWS, their updates interleaved so machine noise hits all alike."""
+    setups = [(name, PPOSetup(agent, env, updates, extra)) for name, agent, extra in SPS_ROWS]
+    for _ in range(updates + 1):
+        for _, setup in setups:
+            setup.update()
+    for _, setup in setups:
+        setup.envs.close()
+    return [(name, setup.result()) for name, setup in setups]
 
 
 def main() -> None:
@@ -218,8 +243,7 @@ def main() -> None:
         )
         head = f"{'agent':24s} {'SPS':>7s} {'env s':>7s} {'act s':>7s} {'learn s':>8s}"
         print(f"{head}  (per update)")
-        for name, agent, extra in SPS_ROWS:
-            r = training_sps(agent, args.env, args.updates, extra)
+        for name, r in training_sps(args.env, args.updates):
             print(f"{name:24s} {r['SPS']:7.0f} {r['env']:7.2f} {r['act']:7.2f} {r['learn']:8.2f}")
 
 

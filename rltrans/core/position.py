@@ -262,7 +262,7 @@ class XLAttention(nn.Module):
         update (optimizer step, load_state_dict) bumps.
         """
         weight = self.r_proj.weight
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
             return self.project_relative(keys, length, device)
         key = (keys, length, device, weight.dtype, weight.data_ptr(), weight._version)
         if self._memo_key != key:
