@@ -23,9 +23,11 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if x.device.type != "cpu":
         return F.dropout(x, p, training=True)
-    # The scaled keep mask: 1 / (1 - p) with probability 1 - p, else 0 (no gradient).
-    keep = torch.rand_like(x, memory_format=torch.contiguous_format).ge_(p).mul_(1.0 / (1.0 - p))
-    return x * keep
+    # The scaled keep mask: 1 / (1 - p) with probability 1 - p, else 0 (no gradient). Uniforms
+    # in float32 whatever x's dtype, so a half-precision x still keeps with probability 1 - p.
+    u = torch.rand_like(x, dtype=torch.float32, memory_format=torch.contiguous_format)
+    keep = u.ge_(p).mul_(1.0 / (1.0 - p))
+    return x * (keep if keep.dtype == x.dtype else keep.to(x.dtype))
 
 
 class Dropout(nn.Module):

@@ -18,6 +18,13 @@ def test_keep_rate_scale_and_gradient():
     torch.testing.assert_close(x.grad, y.detach())  # d(x * keep)/dx = keep
 
 
+def test_half_precision_keeps_its_dtype_and_rate():
+    x = torch.ones(100_000, dtype=torch.bfloat16)
+    y = dropout(x, 0.1)
+    assert y.dtype == torch.bfloat16
+    assert abs((y != 0).float().mean().item() - 0.9) < 0.006
+
+
 def test_identity_when_not_training_or_zero():
     x = torch.randn(5, 7)
     assert dropout(x, 0.5, training=False) is x
