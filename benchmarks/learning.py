@@ -45,6 +45,8 @@ TASKS = {
 AGENT_OVERRIDES = {
     "gtrxl": ["agent=gtrxl", "agent.memory=32"],
     "trxl": ["agent=trxl", "agent.memory=32"],
+    # rotary instead of xl relative positions: the variant that learns repeat_previous
+    "gtrxl_rotary": ["agent=gtrxl", "agent.memory=32", "agent.position=rotary"],
     "lstm": ["agent=lstm"],
     "mlp": ["agent=mlp"],
     # cue and turn of the corridor-30 T-maze in one training segment (memory is stop-gradient)
@@ -98,7 +100,8 @@ def main() -> None:
     args = p.parse_args()
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rltrans-learning-"))
     print(f"# runs in {root}; {args.steps} env steps per run")
-    print(f"{'task':16s} {'agent':6s} {'seed':>4s} {'to threshold':>12s} {'final':>8s} {'SPS':>6s}")
+    head = f"{'task':16s} {'agent':12s} {'seed':>4s} {'to threshold':>12s} {'final':>8s}"
+    print(f"{head} {'SPS':>6s}")
     for task in args.tasks:
         for agent in args.agents:
             finals = []
@@ -106,10 +109,10 @@ def main() -> None:
                 r = run(task, agent, seed, args.steps, root)
                 finals.append(r["final"])
                 reach = f"{r['steps_to_threshold']:,}" if r["steps_to_threshold"] else "-"
-                row = f"{task:16s} {agent:6s} {seed:4d} {reach:>12s} {r['final']:8.3f}"
+                row = f"{task:16s} {agent:12s} {seed:4d} {reach:>12s} {r['final']:8.3f}"
                 print(f"{row} {r['SPS']:6.0f}", flush=True)
             print(
-                f"{task:16s} {agent:6s} mean {'':>12s} {statistics.mean(finals):8.3f}", flush=True
+                f"{task:16s} {agent:12s} mean {'':>12s} {statistics.mean(finals):8.3f}", flush=True
             )
 
 
