@@ -55,7 +55,7 @@ class FeedForward(nn.Module):
         # On (tokens, D): a 3-D Linear output is a view, and an in-place op on a view costs
         # autograd a copy of the whole base in backward (CopySlices).
         hidden = act(fc1(x.reshape(-1, x.shape[-1])))
-        return fc2(hidden).view(*x.shape[:-1], -1)
+        return fc2(hidden).view(*x.shape[:-1], fc2.out_features)
 
 
 class TransformerBlock(nn.Module):
