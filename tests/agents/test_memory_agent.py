@@ -23,6 +23,7 @@ from rltrans.core.position import sinusoid
 from rltrans.learner import PPOLearner
 from rltrans.train import build_agent
 from rltrans.train import main as train_main
+from tests.test_train import TINY
 
 S = 4  # max_steps
 PPO = {
@@ -301,23 +302,8 @@ def test_normalized_agent_keeps_replay_fidelity_and_checkpoints_its_stats(tmp_pa
         MemoryAgent(gym.spaces.Discrete(3), gym.spaces.Discrete(2), normalize_obs=True)
 
     run = tmp_path / "run"
-    args = [
-        "env=stateless_cartpole",
-        "agent.normalize_obs=true",
-        "env.num_envs=4",
-        "algo.num_steps=16",
-        "algo.segment_length=8",
-        "algo.num_minibatches=2",
-        "algo.epochs=1",
-        "agent.dim=16",
-        "agent.layers=1",
-        "agent.heads=2",
-        "agent.memory=8",
-        "total_steps=128",
-        f"run_dir={run}",
-        "progress=false",
-    ]
-    from rltrans.train import main as train_main
+    args = [*TINY, "env=stateless_cartpole", "agent.normalize_obs=true", "total_steps=128"]
+    args.append(f"run_dir={run}")
 
     assert train_main(args) == 0
     policy = load_policy(run)
