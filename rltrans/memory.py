@@ -10,10 +10,10 @@ Two forms, both plain data (STYLE 7: no hidden ``self.memory`` in modules):
   step writes O(1) slots and reads the last M steps, in time order, as a view.
 
 Ring layout: before step t the cursor c = t mod M and slots [c, c + M) hold
-steps t - M .. t - 1 in order. Step t is written to slot c + M, so [c, c + M]
-is the window followed by the step itself (what the step attends over), and
+steps t - M .. t - 1 in order: the window the step attends over, read in place
+(:meth:`MemoryState.windows`). Step t is then stored at slot c + M and
 ``advance`` copies it to its twin slot c for all layers at once; the next window
-[c + 1, c + 1 + M) then holds t - M + 1 .. t. No copy of the window is ever made
+[c + 1, c + 1 + M) holds t - M + 1 .. t. No copy of the window is ever made
 while acting.
 """
 
@@ -107,31 +107,31 @@ class MemoryState(NamedTuple):
         return Memory(hidden, self.valid[:, w].clone(), self.time.clone())
 
     def step_mask(self, dtype: torch.dtype) -> Tensor:
-        """(N, 1, 1, M+1) additive attention mask (0 or -inf) of the current step over
+        """(N, 1, M+1) additive attention mask (0 or -inf) of the current step over
         [window ; itself], built once per step for all layers.
 
         The current step goes to slot c + M (the twin of slot c, whose copy at c still
-        holds the window's oldest step), so [window ; current] is the slice [c, c+M]."""
+        holds the window's oldest step), so the validity of [window ; current] is the
+        slice [c, c+M]."""
         c, m = self.cursor, self.size
         self.valid[:, c + m] = True
-        visible = self.valid[:, c : c + m + 1].view(-1, 1, 1, m + 1)
+        visible = self.valid[:, c : c + m + 1].view(-1, 1, m + 1)
         return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(
             ~visible, float("-inf")
         )
 
-    def layer_cache(self, layer: int) -> RingKV:
-        """The key/value cache of one layer for this step."""
-        return RingKV(self, layer)
+    def windows(self) -> tuple[Tensor, Tensor]:
+        """Cached keys and values of the last M steps, (Y, N, H, M, D/H) each, as views."""
+        w = self.window()
+        return self.keys[:, :, :, w], self.values[:, :, :, w]
 
-    def write(self, layer: int, hidden: Tensor, key: Tensor, value: Tensor) -> None:
-        """Store one step of one layer, hidden (N, D) and key/value (N, H, D/H), at slot c + M."""
-        self.write_hidden(layer, hidden)
-        self.keys[layer, :, :, self.cursor + self.size] = key
-        self.values[layer, :, :, self.cursor + self.size] = value
-
-    def write_hidden(self, layer: int, hidden: Tensor) -> None:
-        """Store one step's input of one layer, hidden (N, D), at slot c + M."""
-        self.hidden[layer, :, self.cursor + self.size] = hidden
+    def store(self, layers: int | slice, hidden: Tensor, key: Tensor, value: Tensor) -> None:
+        """Store this step's input hidden ((Y,) N, D) and key/value ((Y,) N, H, D/H) of one
+        layer or a slice of layers at slot c + M (``advance`` copies it to its twin)."""
+        slot = self.cursor + self.size
+        self.hidden[layers, :, slot] = hidden
+        self.keys[layers, :, :, slot] = key
+        self.values[layers, :, :, slot] = value
 
     def advance(self) -> MemoryState:
         """Copy the step (slot c + M, all layers) to its twin slot c, mark it valid, move on."""
@@ -166,21 +166,6 @@ def next_window_validity(
         key_episode = torch.cat([episode.new_zeros(b, size), episode], dim=1)  # (B, M+L)
         valid = valid & (key_episode == episode[:, -1:])
     return last_steps(valid, size), positions[:, -1] + 1
-
-
-class RingKV(NamedTuple):
-    """One layer's key/value cache for one acting step (see MultiHeadAttention's ``cache``)."""
-
-    state: MemoryState
-    layer: int
-
-    def extend(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Write the current key/value (N, H, 1, E) at slot c + M; return [window ; current]."""
-        s, c, m = self.state, self.state.cursor, self.state.size
-        s.keys[self.layer, :, :, c + m] = key[:, :, 0]
-        s.values[self.layer, :, :, c + m] = value[:, :, 0]
-        span = slice(c, c + m + 1)
-        return s.keys[self.layer, :, :, span], s.values[self.layer, :, :, span]
 
 
 class WindowedMemory:

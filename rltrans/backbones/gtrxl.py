@@ -192,9 +192,35 @@ class TransformerStack(WindowedMemory, nn.Module):
         """
         if done is not None:
             state = state.reset_where(done.bool())
-        h = self.add_input_position(x.unsqueeze(1), state.time.unsqueeze(1))  # (N, 1, D)
-        mask = state.step_mask(h.dtype)  # (N, 1, 1, M+1): the valid window and the query itself
+        mask = state.step_mask(x.dtype)  # (N, 1, M+1): the valid window and the query itself
+        window_k, window_v = state.windows()  # (Y, N, H, M, D/H) views
+        contexts = [b.attn.scheme.step_context(self.memory, x.device, x.dtype) for b in self.blocks]
+        out, hidden, keys, values = self.step_outputs(
+            x, state.time, window_k, window_v, mask, contexts
+        )
+        state.store(slice(None), hidden, keys, values)
+        return out, state.advance()
+
+    def step_outputs(
+        self,
+        x: Tensor,
+        time: Tensor,
+        window_k: Tensor,
+        window_v: Tensor,
+        mask: Tensor,
+        contexts: list[Any],
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The math of one acting step as a pure function (no writes, so it can be compiled):
+        x (N, D) at episode times ``time`` (N,) over the cached windows (Y, N, H, M, D/H).
+
+        Returns the output (N, D) and, for the cache, every layer's input (Y, N, D) and
+        this step's keys and values (Y, N, H, D/H).
+        """
+        h = self.add_input_position(x, time)  # (N, D)
+        hidden, keys, values = [], [], []
         for i, block in enumerate(self.blocks):
-            state.write_hidden(i, h[:, 0])
-            h, _ = block(h, mask=mask, cache=state.layer_cache(i))
-        return self.final_norm(h[:, 0]), state.advance()
+            hidden.append(h)
+            h, k, v = block.step(h, window_k[i], window_v[i], mask, contexts[i])
+            keys.append(k)
+            values.append(v)
+        return self.final_norm(h), torch.stack(hidden), torch.stack(keys), torch.stack(values)

@@ -229,16 +229,17 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         """
         if done is not None:
             state = state.reset_where(done.bool())
-        w = state.window()
-        mask = state.step_mask(x.dtype)  # (N, 1, 1, M+1): the valid window and the query itself
+        mask = state.step_mask(x.dtype)  # (N, 1, M+1): the valid window and the query itself
         position = self.position_signal(state.time.unsqueeze(1), x.dtype)  # (N, 1, D) | None
 
+        window_k, window_v = state.windows()  # (S, N, H, M, D/H) views
+        context = self.block.attn.scheme.step_context(self.memory, x.device, x.dtype)
+
         def depth_step(h: Tensor, step: int) -> Tensor:
-            u = self.coordinates(h, step, position)  # (N, 1, D)
-            cache = (state.keys[step][:, :, w], state.values[step][:, :, w])  # (N, H, M, D/H)
-            out, (k, v) = self.block(u, cache, mask)
-            state.write(step, u[:, 0], k[:, :, 0], v[:, :, 0])
-            return out
+            u = self.coordinates(h, step, position)[:, 0]  # (N, D)
+            out, k, v = self.block.step(u, window_k[step], window_v[step], mask, context)
+            state.store(step, u, k, v)
+            return out.unsqueeze(1)  # (N, 1, D)
 
         result = self.halting(x.unsqueeze(1), depth_step)
         aux = {name: value[..., 0] for name, value in act_aux(result).items()}

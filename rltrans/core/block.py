@@ -99,13 +99,19 @@ class TransformerBlock(nn.Module):
         memory_kv: tuple[Tensor, Tensor] | None = None,
         mask: Tensor | None = None,
         *,
-        cache: Any = None,
         queries: slice | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """x (B, L, D) -> (B, L, D) and the current (k, v); memory as in MultiHeadAttention.
 
         ``queries`` keeps only those positions of the output (B, L', D): all tokens are keys,
         the rest of the block runs on the kept ones (see MultiHeadAttention)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def step(
+        self, x: Tensor, window_k: Tensor, window_v: Tensor, mask: Tensor, context: Any = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One acting step x (N, D) -> (N, D) over the cached window, plus this step's key and
+        value (see :meth:`MultiHeadAttention.step`); the same math as ``forward`` with L = 1."""
         raise NotImplementedError  # pragma: no cover
 
 
@@ -122,16 +128,23 @@ class PreNormBlock(TransformerBlock):
         memory_kv: tuple[Tensor, Tensor] | None = None,
         mask: Tensor | None = None,
         *,
-        cache: Any = None,
         queries: slice | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Gated attention then gated MLP, each on a normalised copy of the stream."""
-        a, kv = self.attn(self.norm1(x), memory_kv, mask, cache=cache, queries=queries)
+        a, kv = self.attn(self.norm1(x), memory_kv, mask, queries=queries)
         if queries is not None:
             x = x[:, queries]
         x = self.gate1(x, self.act(self.drop(a)))
         m = self.mlp(self.norm2(x))
         return self.gate2(x, self.act(self.drop(m))), kv
+
+    def step(
+        self, x: Tensor, window_k: Tensor, window_v: Tensor, mask: Tensor, context: Any = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Gated attention then gated MLP for one step of N envs."""
+        a, k, v = self.attn.step(self.norm1(x), window_k, window_v, mask, context)
+        x = self.gate1(x, self.act(self.drop(a)))
+        return self.gate2(x, self.act(self.drop(self.mlp(self.norm2(x))))), k, v
 
 
 class PostNormBlock(TransformerBlock):
@@ -147,16 +160,23 @@ class PostNormBlock(TransformerBlock):
         memory_kv: tuple[Tensor, Tensor] | None = None,
         mask: Tensor | None = None,
         *,
-        cache: Any = None,
         queries: slice | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Attention and MLP sub-layers, each followed by gate and LayerNorm."""
-        a, kv = self.attn(x, memory_kv, mask, cache=cache, queries=queries)
+        a, kv = self.attn(x, memory_kv, mask, queries=queries)
         if queries is not None:
             x = x[:, queries]
         x = self.norm1(self.gate1(x, self.act(self.drop(a))))
         m = self.mlp(x)
         return self.norm2(self.gate2(x, self.act(self.drop(m)))), kv
+
+    def step(
+        self, x: Tensor, window_k: Tensor, window_v: Tensor, mask: Tensor, context: Any = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Attention and MLP sub-layers for one step of N envs."""
+        a, k, v = self.attn.step(x, window_k, window_v, mask, context)
+        x = self.norm1(self.gate1(x, self.act(self.drop(a))))
+        return self.norm2(self.gate2(x, self.act(self.drop(self.mlp(x))))), k, v
 
 
 def build_block(dim: int, heads: int, *, norm: NormPlacement = "pre", **kwargs) -> TransformerBlock:

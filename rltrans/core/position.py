@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
 
-from rltrans.core.attention import Kernel, attend, attention_probs, check_choice
+from rltrans.core.attention import (
+    Kernel,
+    StepKV,
+    attend,
+    attend_one,
+    attention_probs,
+    check_choice,
+)
 
 PositionName = Literal["none", "sinusoidal", "learned", "shaw", "xl", "rotary", "alibi"]
 POSITIONS: tuple[str, ...] = get_args(PositionName)
@@ -89,7 +96,39 @@ def build_input_position(name: PositionName, dim: int, *, max_len: int = 1024) -
 # ---------------------------------------------------------------- attention-level schemes
 
 
-class PlainAttention(nn.Module):
+class AttentionScheme(nn.Module):
+    """Base of the attention-level schemes: ``forward`` for segments, ``step`` for acting.
+
+    ``step`` attends one query per env over [window ; itself]; this default runs
+    ``forward`` with L = 1, and schemes with a cheaper single-query form override it.
+    """
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None,
+        dropout: float,
+        kernel: Kernel,
+    ) -> Tensor:
+        """q (B, H, L, E), k/v (B, H, S, E) -> (B, H, L, E)."""
+        raise NotImplementedError  # pragma: no cover - every scheme defines it
+
+    def step_context(self, window: int, device: torch.device, dtype: torch.dtype) -> Any:
+        """What ``step`` needs that depends on parameters only, computed outside the step (and
+        outside a compiled graph) once per acting step for a window of M steps; None here."""
+        return None
+
+    def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
+        """q (N, H, E) over [window ; itself] (``kv``), additive mask (N, 1, M+1) -> (N, H, E)."""
+        k, v = kv.full()
+        out = self(q.unsqueeze(2), k, v, mask=mask.unsqueeze(1), dropout=dropout, kernel="math")
+        return out.squeeze(2)
+
+
+class PlainAttention(AttentionScheme):
     """No positional term inside attention (``none`` and the absolute schemes)."""
 
     def forward(
@@ -105,8 +144,12 @@ class PlainAttention(nn.Module):
         """Attend with no positional term."""
         return attend(q, k, v, mask=mask, dropout=dropout, kernel=kernel)
 
+    def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
+        """Single-query attention with no positional term."""
+        return attend_one(q, kv, mask=mask, dropout=dropout)
 
-class RotaryAttention(nn.Module):
+
+class RotaryAttention(AttentionScheme):
     """Rotary position embedding (Su et al. 2021, RoFormer): q and k are rotated by
     their positions so q_i . k_j depends only on i - j. Keys are rotated by their
     position in the window, so a key cache can hold un-rotated keys."""
@@ -159,7 +202,7 @@ def alibi_slopes(heads: int) -> Tensor:
     return torch.tensor(power_of_two(closest) + extra)
 
 
-class ALiBiAttention(nn.Module):
+class ALiBiAttention(AttentionScheme):
     """Attention with linear biases (Press et al. 2022): score -= slope_h * |i - j|."""
 
     def __init__(self, heads: int) -> None:
@@ -181,8 +224,14 @@ class ALiBiAttention(nn.Module):
         bias = (-self.slopes * distance).to(q.dtype)  # (H, L, S)
         return attend(q, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
 
+    def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
+        """Single query at distance M-j from window key j (0 from itself)."""
+        distance = torch.arange(kv.window_k.shape[2], -1, -1, device=q.device)  # (M+1,)
+        bias = (-self.slopes[:, 0] * distance).to(q.dtype)  # (H, M+1)
+        return attend_one(q, kv, mask=mask, bias=bias, dropout=dropout)
 
-class ShawAttention(nn.Module):
+
+class ShawAttention(AttentionScheme):
     """Relative position representations of Shaw et al. (2018): learned vectors
     a^K and a^V for distances clipped to [-max_distance, max_distance], added to
     the keys (eq. 4) and to the values (eq. 3), shared across heads.
@@ -231,7 +280,7 @@ class ShawAttention(nn.Module):
         return probs @ v + per_bucket @ self.rel_v.weight
 
 
-class XLAttention(nn.Module):
+class XLAttention(AttentionScheme):
     """Transformer-XL relative attention (Dai et al. 2019, section 3.3).
 
     score_ij = (q_i + u) . k_j  +  (q_i + v) . W_kR R_{i-j}      [terms (a)+(c), (b)+(d)]
@@ -309,6 +358,21 @@ class XLAttention(nn.Module):
         bd = torch.bmm(qv, r.transpose(1, 2)).view(h, b, length, -1)  # (H, B, L, W)
         bias = self.shift(bd, keys).transpose(0, 1)  # (B, H, L, S), a view
         return attend(q + self.u, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
+
+    def step_context(self, window: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """W_kR R for distances M, M-1, ..., 0: (H, M+1, E), memoised (see relative_keys)."""
+        return self.relative_keys(window + 1, 1, device)[:, : window + 1].to(dtype)
+
+    def step(
+        self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Tensor, dropout: float
+    ) -> Tensor:
+        """Single query: window key j sits at distance M-j and the own key at 0, i.e. column j
+        of the descending table ``context``, so no shift is needed; the (b)+(d) term is one
+        bmm with heads as its batch."""
+        _, h, e = q.shape
+        qv = ((q + self.v.view(h, e)) * (1.0 / math.sqrt(e))).transpose(0, 1)  # (H, N, E)
+        bias = torch.bmm(qv, context.transpose(1, 2)).transpose(0, 1)  # (N, H, M+1), a view
+        return attend_one(q + self.u.view(h, e), kv, mask=mask, bias=bias, dropout=dropout)
 
 
 def build_attention_position(

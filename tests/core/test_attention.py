@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from rltrans.core.attention import MultiHeadAttention, attend, sequence_mask
+from rltrans.core.attention import (
+    MultiHeadAttention,
+    StepKV,
+    attend,
+    attend_one,
+    sequence_mask,
+)
 from rltrans.core.position import POSITIONS, build_attention_position
 
 D, H = 16, 4
@@ -122,3 +128,50 @@ def test_additive_float_mask_equals_boolean_mask(kernel, length):
         got = attend(q, k, v, mask=additive, bias=b, kernel=kernel)
         torch.testing.assert_close(got, expected)
     torch.testing.assert_close(attend(q, k, v, mask=mask), naive_attention(q, k, v, mask))
+
+
+def test_attend_one_equals_attend_over_window_and_own_key():
+    """The acting kernel: a window read in place plus the own key as an extra column ==
+    attend() with L = 1 over [window ; own], with a bias and a mask hiding some slots."""
+    torch.manual_seed(0)
+    n, m, e = 3, 5, D // H
+    ring_k, ring_v = torch.randn(n, H, 2 * m, e), torch.randn(n, H, 2 * m, e)
+    kv = StepKV(ring_k[:, :, 2 : 2 + m], ring_v[:, :, 2 : 2 + m], *torch.randn(2, n, H, e))
+    q, bias = torch.randn(n, H, e), torch.randn(n, H, m + 1)
+    visible = torch.rand(n, 1, m + 1) > 0.4
+    visible[..., -1] = True  # the own key is always visible
+    mask = torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))
+    got = attend_one(q, kv, mask=mask, bias=bias)
+    keys, values = kv.full()
+    want = attend(
+        q.unsqueeze(2),
+        keys,
+        values,
+        mask=visible.unsqueeze(1),
+        bias=bias.unsqueeze(2),
+        kernel="math",
+    )
+    torch.testing.assert_close(got, want.squeeze(2))
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_mha_step_equals_forward_with_window_as_memory(position):
+    """MultiHeadAttention.step (acting) == forward with L = 1 and the window as memory, for
+    every position scheme, and returns the step's own key/value."""
+    torch.manual_seed(0)
+    n, m = 3, 6
+    mha = MultiHeadAttention(D, H, build_attention_position(position, D, H)).double()
+    for name, p in mha.named_parameters():
+        if name.endswith((".u", ".v")):
+            torch.nn.init.normal_(p, std=0.5)
+    x, memory = torch.randn(n, 1, D).double(), torch.randn(n, m, D).double()
+    window_k, window_v = mha.project_kv(memory)
+    valid = torch.rand(n, m) > 0.3
+    mask = sequence_mask(1, m, window=m, memory_valid=valid)
+    want, (k, v) = mha(x, (window_k, window_v), mask)
+    additive = torch.zeros(mask.shape, dtype=x.dtype).masked_fill_(~mask, float("-inf"))
+    context = mha.scheme.step_context(m, x.device, x.dtype)
+    got, k_step, v_step = mha.step(x[:, 0], window_k, window_v, additive[:, 0], context)
+    torch.testing.assert_close(got, want[:, 0])
+    torch.testing.assert_close(k_step, k[:, :, 0])
+    torch.testing.assert_close(v_step, v[:, :, 0])
