@@ -208,6 +208,14 @@ class MemoryAgent(nn.Module):
                 f"tau (ponder-cost weight) only applies to backbone 'universal', not {backbone!r}"
             )
 
+    def compile_step(self) -> bool:
+        """``torch.compile`` the backbone's acting step where it has one (the transformer
+        stacks); returns whether it did."""
+        compile_step = getattr(self.backbone, "compile_step", None)
+        if compile_step is not None:
+            compile_step()
+        return compile_step is not None
+
     def encode(self, obs: Tree) -> Tensor:
         """Normalised (if enabled) and encoded observations (..., D)."""
         return self.encoder(self.obs_norm(obs))

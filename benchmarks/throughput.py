@@ -13,6 +13,7 @@ Part 2, PPO training SPS on the small config of a popular PPO-TrXL script (4 lay
 Process CPU time of the median update, updates of all rows interleaved.
 
     python benchmarks/throughput.py [--threads 1] [--repeats 200] [--updates 3] [--env tmaze]
+                                    [--no-compile] [--skip-acting] [--skip-training]
 """
 
 from __future__ import annotations
@@ -87,8 +88,10 @@ def time_acting(act, repeats: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def acting_rows(dim: int, layers: int, heads: int, repeats: int) -> list[tuple[str, int, float]]:
-    """(name, backbone params, ms/step) for the five acting variants at one size."""
+def acting_rows(
+    dim: int, layers: int, heads: int, repeats: int, compiled: bool = True
+) -> list[tuple[str, int, float]]:
+    """(name, backbone params, ms/step) for the acting variants at one size."""
     torch.manual_seed(0)
     kw = {"dim": dim, "layers": layers, "heads": heads, "memory": MEMORY}
     gtrxl = MemoryAgent(OBS, ACT, backbone="gtrxl", **kw).eval()
@@ -103,6 +106,16 @@ def acting_rows(dim: int, layers: int, heads: int, repeats: int) -> list[tuple[s
 
     def cached(obs):
         out, state["g"] = gtrxl.act(obs, state["g"], done)
+        return out.action
+
+    fast = MemoryAgent(OBS, ACT, backbone="gtrxl", **kw).eval()
+    fast.load_state_dict(gtrxl.state_dict())
+    if compiled:
+        fast.compile_step()
+    state["c"] = fast.initial_state(ENVS)
+
+    def compiled_step(obs):
+        out, state["c"] = fast.act(obs, state["c"], done)
         return out.action
 
     def lstm_width(obs):
@@ -123,6 +136,7 @@ def acting_rows(dim: int, layers: int, heads: int, repeats: int) -> list[tuple[s
     lstm_param_count = sum(p.numel() for p in lstm_p.backbone.parameters())
     variants = [
         ("gtrxl, kv cache", params, cached),
+        *([("gtrxl, kv cache, compile_step", params, compiled_step)] if compiled else []),
         ("gtrxl, memory without kv cache", params, HiddenMemoryNoCache(gtrxl).act),
         ("gtrxl, recompute window", params, RecomputeWindow(gtrxl).act),
         (f"lstm, equal params (h={hidden})", lstm_param_count, lstm_params),
@@ -142,6 +156,11 @@ SPS_ROWS = (
     ("trxl ff_mult=1", "trxl", ("agent.ff_mult=1",)),
     ("gtrxl", "gtrxl", ()),
     ("gtrxl ff_mult=1", "gtrxl", ("agent.ff_mult=1",)),
+)
+# The same with compile=true (torch.compile of the loss and the acting step; the first update,
+# which compiles, is the warm-up and not counted).
+COMPILED_ROWS = tuple(
+    (f"{name} compile", agent, (*extra, "compile=true")) for name, agent, extra in SPS_ROWS
 )
 
 
@@ -178,7 +197,11 @@ class PPOSetup:
         self.buffer = RolloutBuffer(algo.num_steps, self.envs.num_envs, algo.segment_length, "cpu")
         self.actor = LocalActor(self.envs, model, seed=0, device="cpu")
         ppo = to_container(algo)
-        self.learner = PPOLearner(model, ppo=ppo, lr=algo.lr, total_updates=updates + 1)
+        self.learner = PPOLearner(
+            model, ppo=ppo, lr=algo.lr, total_updates=updates + 1, compile=cfg.compile
+        )
+        if cfg.compile:
+            model.compile_step()
         self.steps = algo.num_steps * self.envs.num_envs
         self.samples: list[dict[str, float]] = []
 
@@ -206,9 +229,11 @@ class PPOSetup:
         return {"SPS": self.steps / sum(mid.values()), **mid}
 
 
-def training_sps(env: str, updates: int) -> list[tuple[str, dict[str, float]]]:
-    """SPS of every row of SPS_ROWS, their updates interleaved so machine noise hits all alike."""
-    setups = [(name, PPOSetup(agent, env, updates, extra)) for name, agent, extra in SPS_ROWS]
+def training_sps(
+    env: str, updates: int, rows: tuple = SPS_ROWS
+) -> list[tuple[str, dict[str, float]]]:
+    """SPS of every row, their updates interleaved so machine noise hits all alike."""
+    setups = [(name, PPOSetup(agent, env, updates, extra)) for name, agent, extra in rows]
     for _ in range(updates + 1):
         for _, setup in setups:
             setup.update()
@@ -226,12 +251,13 @@ def main() -> None:
     p.add_argument("--env", default="tmaze", help="env config for the SPS part")
     p.add_argument("--skip-acting", action="store_true")
     p.add_argument("--skip-training", action="store_true")
+    p.add_argument("--no-compile", action="store_true", help="skip the compile=true rows")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# torch {torch.__version__}, threads={args.threads}, envs={ENVS}, memory M={MEMORY}")
     if not args.skip_acting:
         for dim, layers, heads in ((128, 3, 4), (384, 3, 4)):
-            rows = acting_rows(dim, layers, heads, args.repeats)
+            rows = acting_rows(dim, layers, heads, args.repeats, not args.no_compile)
             base = rows[0][2]
             print(f"\n## acting, {layers} layers x {dim}, {heads} heads")
             print(f"{'variant':38s} {'backbone params':>15s} {'ms/step':>8s} {'x cached':>9s}")
@@ -243,7 +269,8 @@ def main() -> None:
         )
         head = f"{'agent':24s} {'SPS':>7s} {'env s':>7s} {'act s':>7s} {'learn s':>8s}"
         print(f"{head}  (per update)")
-        for name, r in training_sps(args.env, args.updates):
+        rows = SPS_ROWS if args.no_compile else SPS_ROWS + COMPILED_ROWS
+        for name, r in training_sps(args.env, args.updates, rows):
             print(f"{name:24s} {r['SPS']:7.0f} {r['env']:7.2f} {r['act']:7.2f} {r['learn']:8.2f}")
 
 

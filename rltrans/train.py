@@ -133,7 +133,10 @@ def train_online(cfg: DictConfig) -> dict[str, Any]:
         anneal_lr=algo.anneal_lr,
         max_grad_norm=algo.max_grad_norm,
         amp=algo.amp,
+        compile=cfg.compile,
     )
+    if cfg.compile:
+        agent.compile_step()
     manager = CheckpointManager(run_dir / "checkpoints", keep_last=cfg.keep_checkpoints)
     global_step, update = 0, 0
     scaler_state = None

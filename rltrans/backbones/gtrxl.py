@@ -111,6 +111,17 @@ class TransformerStack(WindowedMemory, nn.Module):
         )
         # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm (GPT-2's ln_f).
         self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
+        self.compiled_step: Any = None  # step_outputs under torch.compile, see compile_step
+
+    def compile_step(self) -> None:
+        """Run the acting step's math (``step_outputs``) through ``torch.compile`` as one
+        graph: the parameters stay inputs, so training updates need no recompilation. Costs
+        seconds of compilation at the first step; the state handling stays eager."""
+        self.compiled_step = torch.compile(self.step_outputs, fullgraph=True, dynamic=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the compiled step (compile again after unpickling)."""
+        return {**super().__getstate__(), "compiled_step": None}
 
     @classmethod
     def preset(
@@ -195,9 +206,8 @@ class TransformerStack(WindowedMemory, nn.Module):
         mask = state.step_mask(x.dtype)  # (N, 1, M+1): the valid window and the query itself
         window_k, window_v = state.windows()  # (Y, N, H, M, D/H) views
         contexts = [b.attn.scheme.step_context(self.memory, x.device, x.dtype) for b in self.blocks]
-        out, hidden, keys, values = self.step_outputs(
-            x, state.time, window_k, window_v, mask, contexts
-        )
+        kernel = self.compiled_step or self.step_outputs
+        out, hidden, keys, values = kernel(x, state.time, window_k, window_v, mask, contexts)
         state.store(slice(None), hidden, keys, values)
         return out, state.advance()
 

@@ -320,7 +320,10 @@ class XLAttention(AttentionScheme):
 
     def project_relative(self, keys: int, length: int, device: torch.device) -> Tensor:
         """W_kR R over the descending distances, computed: (H, W, E)."""
-        table = descending_sinusoid(keys - 1, keys + length, self.dim, device)  # (W, D)
+        # The table is a constant; a compiled graph computes it in place (no lru_cache there).
+        cached = not torch.compiler.is_compiling()
+        table_of = descending_sinusoid if cached else descending_sinusoid.__wrapped__
+        table = table_of(keys - 1, keys + length, self.dim, device)  # (W, D)
         r = self.r_proj(table.to(self.r_proj.weight.dtype))  # (W, D)
         return r.view(-1, self.heads, self.head_dim).transpose(0, 1)  # (H, W, E)
 
