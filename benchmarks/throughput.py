@@ -5,7 +5,9 @@ Part 1, acting latency (16 envs, memory M=64, vector observations, full agent.ac
   * GTrXL re-projecting the memory's keys/values every step (memory of hidden states, no cache),
   * GTrXL recomputing the whole window of M+1 steps every step (no memory at all),
   * an LSTM policy of equal backbone parameter count, and one of equal width,
-  at ~1M backbone parameters (3 layers x 128, 4 heads) and at 3 layers x 384, 4 heads.
+  at ~1M backbone parameters (3 layers x 128 and 2 layers x 160, 4 heads) and at 3 layers x
+  384, 4 heads; with compile=true's compiled step as one more variant. "x lstm" is the median
+  over rounds of the ratio to the parameter-matched LSTM measured in the same round.
 
 Part 2, PPO training SPS on the small config of a popular PPO-TrXL script (4 layers x 64,
 1 head, M=16, 16 envs x 128 steps, 8 minibatches x 4 epochs) for agent=trxl and agent=gtrxl
@@ -32,6 +34,7 @@ from rltrans.config import load_config, to_container
 OBS = gym.spaces.Box(-1.0, 1.0, (8,), np.float32)
 ACT = gym.spaces.Discrete(4)
 ENVS, MEMORY = 16, 64
+ROUNDS = 10  # acting: rounds of interleaved blocks per variant
 
 
 def backbone_params(agent: MemoryAgent) -> int:
@@ -90,8 +93,8 @@ def time_acting(act, repeats: int) -> float:
 
 def acting_rows(
     dim: int, layers: int, heads: int, repeats: int, compiled: bool = True
-) -> list[tuple[str, int, float]]:
-    """(name, backbone params, ms/step) for the acting variants at one size."""
+) -> list[tuple[str, int, float, float]]:
+    """(name, backbone params, ms/step, x equal-params LSTM) for the acting variants."""
     torch.manual_seed(0)
     kw = {"dim": dim, "layers": layers, "heads": heads, "memory": MEMORY}
     gtrxl = MemoryAgent(OBS, ACT, backbone="gtrxl", **kw).eval()
@@ -143,10 +146,21 @@ def acting_rows(
         (f"lstm, equal width (h={dim})", backbone_params(lstm_w), lstm_width),
     ]
     samples = {name: [] for name, _, _ in variants}
-    for _ in range(3):  # interleave so that machine noise hits every variant alike
+    for _ in range(ROUNDS):  # interleave so that machine noise hits every variant alike
         for name, _, fn in variants:
-            samples[name].append(time_acting(fn, max(1, repeats // 3)))
-    return [(name, p, min(samples[name])) for name, p, _ in variants]
+            samples[name].append(time_acting(fn, max(1, repeats // ROUNDS)))
+    # Per variant: the median over rounds, and its ratio to the parameter-matched LSTM as the
+    # median of the per-round ratios (both measured within the same round).
+    lstm = samples[variants[-2][0]]
+    return [
+        (name, p, statistics.median(samples[name]), ratio_median(samples[name], lstm))
+        for name, p, _ in variants
+    ]
+
+
+def ratio_median(times: list[float], reference: list[float]) -> float:
+    """Median over rounds of times / reference, round by round."""
+    return statistics.median(t / r for t, r in zip(times, reference, strict=True))
 
 
 # The reference's TrXL layer is attention plus a 1x ReLU projection (~5 D^2 parameters at one
@@ -256,13 +270,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"# torch {torch.__version__}, threads={args.threads}, envs={ENVS}, memory M={MEMORY}")
     if not args.skip_acting:
-        for dim, layers, heads in ((128, 3, 4), (384, 3, 4)):
+        for dim, layers, heads in ((128, 3, 4), (160, 2, 4), (384, 3, 4)):
             rows = acting_rows(dim, layers, heads, args.repeats, not args.no_compile)
             base = rows[0][2]
             print(f"\n## acting, {layers} layers x {dim}, {heads} heads")
-            print(f"{'variant':38s} {'backbone params':>15s} {'ms/step':>8s} {'x cached':>9s}")
-            for name, params, ms in rows:
-                print(f"{name:38s} {params:15,d} {ms:8.3f} {ms / base:9.2f}")
+            columns = f"{'backbone params':>15s} {'ms/step':>8s} {'x cached':>9s} {'x lstm':>7s}"
+            print(f"{'variant':38s} {columns}")
+            for name, params, ms, x_lstm in rows:
+                print(f"{name:38s} {params:15,d} {ms:8.3f} {ms / base:9.2f} {x_lstm:7.2f}")
     if not args.skip_training:
         print(
             f"\n## PPO training, 4 layers x 64, 1 head, M=16, 16 envs x 128 steps, env={args.env}"
