@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.compiling import compiled
 from rltrans.losses.ppo import ppo_loss
 from rltrans.types import PPOBatch
 
@@ -118,8 +119,7 @@ class PPOLearner(Learner):
         # torch.compile of the minibatch loss, forward and backward (one graph each): fused
         # element-wise kernels instead of thousands of small ops; compiled at the first
         # minibatch (tens of seconds on CPU), reused for every later one (fixed shapes).
-        loss = self.minibatch_loss
-        self.loss = torch.compile(loss, dynamic=False) if compile else loss
+        self.loss = compiled(self.minibatch_loss) if compile else self.minibatch_loss
         self.epochs = ppo["epochs"]
         self.num_minibatches = ppo["num_minibatches"]
         self.target_kl = ppo.get("target_kl")

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rltrans.compiling import compiled
 from rltrans.core.attention import Kernel
 from rltrans.core.block import FFActivation, NormPlacement, SublayerActivation, build_block
 from rltrans.core.gates import GateName
@@ -117,7 +118,7 @@ class TransformerStack(WindowedMemory, nn.Module):
         """Run the acting step's math (``step_outputs``) through ``torch.compile`` as one
         graph: the parameters stay inputs, so training updates need no recompilation. Costs
         seconds of compilation at the first step; the state handling stays eager."""
-        self.compiled_step = torch.compile(self.step_outputs, fullgraph=True, dynamic=False)
+        self.compiled_step = compiled(self.step_outputs, fullgraph=True)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the compiled step (compile again after unpickling)."""
