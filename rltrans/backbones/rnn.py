@@ -76,7 +76,9 @@ class RNNBackbone(nn.Module):
         """Run a segment, zeroing the state of a sequence at each episode start."""
         b, length, _ = x.shape
         state = memory if memory is not None else self.empty_memory(b, x.device, x.dtype)
-        if starts is None or not bool(starts.any()):
+        # Without resets the whole segment runs in one call; a compiled graph cannot branch on
+        # data, so there the per-step loop below (the same math) always runs.
+        if starts is None or (not torch.compiler.is_compiling() and not bool(starts.any())):
             return self._run(x, state)
         outs = []
         for t in range(length):  # a reset inside the segment: step so the state can be cut there
