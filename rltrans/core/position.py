@@ -161,12 +161,32 @@ class RotaryAttention(AttentionScheme):
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
+    def angles(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin of positions (N,) times the frequencies: (N, E/2) each."""
+        angles = positions.to(self.inv_freq.dtype).unsqueeze(1) * self.inv_freq  # (N, E/2)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate x (B, H, N, E) by positions (N,), pairing the halves of E (GPT-NeoX layout)."""
-        angles = positions.to(self.inv_freq.dtype).unsqueeze(1) * self.inv_freq  # (N, E/2)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        x1, x2 = x.chunk(2, dim=-1)  # (B, H, N, E/2) each
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        return rotate_halves(x, *self.angles(positions, x.dtype))
+
+    def step_context(
+        self, window: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[Tensor, Tensor]:
+        """cos and sin of positions 0..M (the window, then the step itself)."""
+        return self.angles(torch.arange(window + 1, device=device), dtype)
+
+    def step(
+        self, q: Tensor, kv: StepKV, *, mask: Tensor, context: tuple[Tensor, Tensor], dropout: float
+    ) -> Tensor:
+        """Rotate the window keys by 0..M-1 and the query and own key by M, then attend (the
+        window is rotated into a new tensor: the cache holds un-rotated keys)."""
+        cos, sin = context
+        m = kv.window_k.shape[2]
+        window_k = rotate_halves(kv.window_k, cos[:m], sin[:m])
+        q, k = rotate_halves(torch.stack([q, kv.k], dim=2), cos[m:], sin[m:]).unbind(2)
+        rotated = StepKV(window_k, kv.window_v, k, kv.v)
+        return attend_one(q, rotated, mask=mask, dropout=dropout)
 
     def forward(
         self,
@@ -184,6 +204,12 @@ class RotaryAttention(AttentionScheme):
         q = self.rotate(q, positions[keys - length :])
         k = self.rotate(k, positions)
         return attend(q, k, v, mask=mask, dropout=dropout, kernel=kernel)
+
+
+def rotate_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate x (..., N, E) pairwise, element i with i + E/2, by angles with cos/sin (N, E/2)."""
+    x1, x2 = x.chunk(2, dim=-1)  # (..., N, E/2) each
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
 def alibi_slopes(heads: int) -> Tensor:
