@@ -14,19 +14,11 @@ from rltrans.config import load_config
 from rltrans.learner import PPOLearner
 from rltrans.train import build_agent
 from rltrans.train import main as train_main
+from tests.agents.test_memory_agent import PPO
 from tests.test_train import TINY, summary_line
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(3)
-PPO = {
-    "epochs": 2,
-    "num_minibatches": 2,
-    "clip_coef": 0.2,
-    "vf_clip_coef": 0.2,
-    "ent_coef": 0.01,
-    "vf_coef": 0.5,
-    "normalize_advantages": True,
-}
 
 
 def tiny_agent(backbone: str = "gtrxl") -> MemoryAgent:
