@@ -36,6 +36,7 @@ from agents.heads import build_action_head
 from rltrans.backbones.gtrxl import PRESETS, TransformerStack
 from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
 from rltrans.backbones.universal import UniversalTransformer
+from rltrans.compiling import compiled
 from rltrans.core.attention import check_choice
 from rltrans.types import Segment, Tree, tree_map
 
@@ -195,6 +196,7 @@ class MemoryAgent(nn.Module):
         self.backbone = build_backbone(backbone, dim, layers, heads, memory, **backbone_options)
         self.policy = build_action_head(action_space, dim)
         self.value = layer_init(nn.Linear(dim, 1), gain=1.0)
+        self.compiled_act: Callable | None = None  # act_outputs under torch.compile
         # What evaluate() makes of the backbone's optional third output, chosen once here
         # (STYLE 3); module-level functions and partials keep the agent picklable.
         self.training_aux: Callable[..., Aux] = no_aux
@@ -209,12 +211,27 @@ class MemoryAgent(nn.Module):
             )
 
     def compile_step(self) -> bool:
-        """``torch.compile`` the backbone's acting step where it has one (the transformer
-        stacks); returns whether it did."""
-        compile_step = getattr(self.backbone, "compile_step", None)
-        if compile_step is not None:
-            compile_step()
-        return compile_step is not None
+        """``torch.compile`` the acting step (encoder, backbone step, heads, sampling) as one
+        graph where the backbone's step is a pure function (the transformer stacks); the state
+        work around it stays eager. Returns whether it did."""
+        if not hasattr(self.backbone, "step_outputs"):
+            return False
+        self.compiled_act = compiled(self.act_outputs, fullgraph=True)
+        return True
+
+    def act_outputs(
+        self, obs: Tree, deterministic: bool, *inputs: Any
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The math of one acting step as a pure function: action, log-prob and value (N,),
+        then what the stack caches (see ``TransformerStack.step_outputs``)."""
+        h, *cache = self.backbone.step_outputs(self.encode(obs), *inputs)
+        dist = self.policy(h)
+        action = dist.mode() if deterministic else dist.sample()
+        return action, dist.log_prob(action), self.value(h)[..., 0], *cache
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the compiled step (compile again after unpickling)."""
+        return {**super().__getstate__(), "compiled_act": None}
 
     def encode(self, obs: Tree) -> Tensor:
         """Normalised (if enabled) and encoded observations (..., D)."""
@@ -242,6 +259,10 @@ class MemoryAgent(nn.Module):
         self, obs: Tree, state: Tree, done: Tensor, *, deterministic: bool = False
     ) -> tuple[ActOutput, Tree]:
         """One step for N envs: obs (N, ...), done (N,) = a new episode starts at this obs."""
+        if self.compiled_act is not None:
+            state, inputs = self.backbone.step_begin(state, done, self.value.weight.dtype)
+            action, log_prob, value, *cache = self.compiled_act(obs, deterministic, *inputs)
+            return ActOutput(action, log_prob, value), self.backbone.step_end(state, *cache)
         h, state = self.backbone.step(self.encode(obs), state, done)[:2]  # aux, if any, unused
         dist = self.policy(h)
         action = dist.mode() if deterministic else dist.sample()

@@ -26,20 +26,26 @@ def tiny_agent(backbone: str = "gtrxl") -> MemoryAgent:
     return MemoryAgent(OBS, ACT, backbone=backbone, dim=16, layers=2, heads=2, memory=4)
 
 
-def test_compiled_step_equals_eager_step_across_episode_ends():
+def test_compiled_act_equals_eager_act_across_episode_ends():
+    """compile_step: action, log-prob, value and the cached state match the eager act."""
     eager = tiny_agent().eval()
     fast = copy.deepcopy(eager)
     assert fast.compile_step()
     torch.manual_seed(1)
-    xs, dones = torch.randn(9, 5, 16), torch.rand(9, 5) < 0.2
+    obs, dones = torch.randn(9, 5, 3), torch.rand(9, 5) < 0.2
     s_eager, s_fast = eager.initial_state(5), fast.initial_state(5)
-    for x, done in zip(xs, dones, strict=True):
-        y_eager, s_eager = eager.backbone.step(x, s_eager, done)
-        y_fast, s_fast = fast.backbone.step(x, s_fast, done)
-        torch.testing.assert_close(y_fast, y_eager, rtol=1e-5, atol=1e-5)
+    for o, done in zip(obs, dones, strict=True):
+        out_eager, s_eager = eager.act(o, s_eager, done, deterministic=True)
+        out_fast, s_fast = fast.act(o, s_fast, done, deterministic=True)
+        assert torch.equal(out_fast.action, out_eager.action)
+        torch.testing.assert_close(out_fast.log_prob, out_eager.log_prob, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out_fast.value, out_eager.value, rtol=1e-5, atol=1e-5)
     for a, b in zip(s_fast, s_eager, strict=True):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    out, _ = fast.act(obs[0], s_fast, dones[0])  # sampling compiles too (a second graph)
+    assert out.action.shape == (5,)
+    assert not tiny_agent("lstm").compile_step()  # no pure step to compile: stays eager
 
 
 def test_compiled_ppo_update_equals_eager_update():

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rltrans.compiling import compiled
 from rltrans.core.attention import Kernel
 from rltrans.core.block import FFActivation, NormPlacement, SublayerActivation, build_block
 from rltrans.core.gates import GateName
@@ -112,17 +111,6 @@ class TransformerStack(WindowedMemory, nn.Module):
         )
         # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm (GPT-2's ln_f).
         self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
-        self.compiled_step: Any = None  # step_outputs under torch.compile, see compile_step
-
-    def compile_step(self) -> None:
-        """Run the acting step's math (``step_outputs``) through ``torch.compile`` as one
-        graph: the parameters stay inputs, so training updates need no recompilation. Costs
-        seconds of compilation at the first step; the state handling stays eager."""
-        self.compiled_step = compiled(self.step_outputs, fullgraph=True)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the compiled step (compile again after unpickling)."""
-        return {**super().__getstate__(), "compiled_step": None}
 
     @classmethod
     def preset(
@@ -202,15 +190,30 @@ class TransformerStack(WindowedMemory, nn.Module):
         x (N, D); done (N,) bool marks envs whose episode starts at this step.
         Updates the state's tensors in place and returns it (with the cursor moved).
         """
+        state, inputs = self.step_begin(state, done, x.dtype)
+        out, *cache = self.step_outputs(x, *inputs)
+        return out, self.step_end(state, *cache)
+
+    def step_begin(
+        self, state: MemoryState, done: Tensor | None, dtype: torch.dtype
+    ) -> tuple[MemoryState, tuple]:
+        """The state work before a step: forget ended episodes, build the mask; returns the
+        state and the inputs of :meth:`step_outputs` after x: (time, window_k, window_v, mask,
+        contexts)."""
         if done is not None:
             state = state.reset_where(done.bool())
-        mask = state.step_mask(x.dtype)  # (N, 1, M+1): the valid window and the query itself
+        mask = state.step_mask(dtype)  # (N, 1, M+1): the valid window and the query itself
         window_k, window_v = state.windows()  # (Y, N, H, M, D/H) views
-        contexts = [b.attn.scheme.step_context(self.memory, x.device, x.dtype) for b in self.blocks]
-        kernel = self.compiled_step or self.step_outputs
-        out, hidden, keys, values = kernel(x, state.time, window_k, window_v, mask, contexts)
+        device = window_k.device
+        contexts = [b.attn.scheme.step_context(self.memory, device, dtype) for b in self.blocks]
+        return state, (state.time, window_k, window_v, mask, contexts)
+
+    def step_end(
+        self, state: MemoryState, hidden: Tensor, keys: Tensor, values: Tensor
+    ) -> MemoryState:
+        """The state work after a step: cache its layer inputs and keys/values, move on."""
         state.store(slice(None), hidden, keys, values)
-        return out, state.advance()
+        return state.advance()
 
     def step_outputs(
         self,
