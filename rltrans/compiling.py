@@ -2,9 +2,10 @@
 
 Inductor's C++ wrapper (``cpp_wrapper``) launches the compiled kernels from generated C++
 instead of generated Python: for PPO's small tensors the per-kernel Python overhead is a
-large share of a step, and in ``benchmarks/throughput.py``-style runs the C++ wrapper made a
-compiled PPO update ~1.2x faster than the default wrapper (it compiles longer: C++ for the
-wrapper too). Shapes are static (``dynamic=False``): rollouts and minibatches keep theirs.
+large share of a step. Measured with ``benchmarks/throughput.py``'s PPO setup (trxl, 4 x 64,
+rows interleaved, one run): 2,693 SPS with the C++ wrapper against 2,165 with the default
+one; it compiles longer (C++ for the wrapper too). Shapes are static (``dynamic=False``):
+rollouts and minibatches keep theirs.
 """
 
 from __future__ import annotations
