@@ -96,7 +96,10 @@ def main() -> None:
     p.add_argument(
         "--agents", nargs="+", default=["gtrxl", "lstm", "mlp"], choices=list(AGENT_OVERRIDES)
     )
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=3, help="how many seeds")
+    p.add_argument(
+        "--first-seed", type=int, default=1, help="seeds run from here (split seeds over processes)"
+    )
     p.add_argument("--steps", type=int, default=500_000)
     p.add_argument("--out", default=None, help="keep the runs here (default: a temp dir)")
     args = p.parse_args()
@@ -107,7 +110,7 @@ def main() -> None:
     for task in args.tasks:
         for agent in args.agents:
             finals = []
-            for seed in range(1, args.seeds + 1):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 r = run(task, agent, seed, args.steps, root)
                 finals.append(r["final"])
                 reach = f"{r['steps_to_threshold']:,}" if r["steps_to_threshold"] else "-"
