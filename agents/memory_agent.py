@@ -38,13 +38,12 @@ from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
 from rltrans.backbones.universal import UniversalTransformer
 from rltrans.compiling import compiled
 from rltrans.core.attention import check_choice
-from rltrans.types import Segment, Tree, tree_map
+from rltrans.types import Aux, Segment, Tree, tree_map
 
 BackboneName = Literal["gtrxl", "trxl", "trxl_i", "universal", "lstm", "gru", "mlp"]
 BACKBONES: tuple[str, ...] = get_args(BackboneName)
 DEFAULT_LAYERS = 3  # Y of the stacked backbones when ``layers`` is not given
 DEFAULT_TAU = 0.01  # ponder-cost weight (the Universal Transformer's act_loss_weight)
-Aux = dict[str, Tensor]
 
 
 class ActOutput(NamedTuple):

@@ -16,9 +16,7 @@ from torch import Tensor, nn
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.compiling import compiled
 from rltrans.losses.ppo import ppo_loss
-from rltrans.types import PPOBatch
-
-Aux = dict[str, Tensor]
+from rltrans.types import Aux, PPOBatch
 
 
 class NonFiniteLossError(RuntimeError):

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 Tree = Any  # a Tensor, or a dict / tuple / list / NamedTuple of Trees
+Aux = dict[str, Tensor]  # an agent's auxiliary outputs by name (e.g. a ponder cost)
 
 
 def tree_map(fn: Callable[..., Any], tree: Tree, *rest: Tree) -> Tree:
