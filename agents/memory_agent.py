@@ -36,7 +36,7 @@ from agents.heads import build_action_head
 from rltrans.backbones.gtrxl import PRESETS, TransformerStack
 from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
 from rltrans.backbones.universal import UniversalTransformer
-from rltrans.compiling import compiled
+from rltrans.compiling import AheadOfTime
 from rltrans.core.attention import check_choice
 from rltrans.types import Aux, Segment, Tree, tree_map
 
@@ -195,7 +195,7 @@ class MemoryAgent(nn.Module):
         self.backbone = build_backbone(backbone, dim, layers, heads, memory, **backbone_options)
         self.policy = build_action_head(action_space, dim)
         self.value = layer_init(nn.Linear(dim, 1), gain=1.0)
-        self.compiled_act: Callable | None = None  # act_outputs under torch.compile
+        self.compiled_act: Callable | None = None  # act_outputs compiled (compile_step)
         # What evaluate() makes of the backbone's optional third output, chosen once here
         # (STYLE 3); module-level functions and partials keep the agent picklable.
         self.training_aux: Callable[..., Aux] = no_aux
@@ -210,22 +210,24 @@ class MemoryAgent(nn.Module):
             )
 
     def compile_step(self) -> bool:
-        """``torch.compile`` the acting step (encoder, backbone step, heads, sampling) as one
-        graph where the backbone's step is a pure function (the transformer stacks); the state
-        work around it stays eager. Returns whether it did."""
+        """Compile the acting step (encoder, backbone step, heads, sampling) as one program
+        where the backbone's step is a pure function (the transformer stacks), ahead of time
+        at the first call (``rltrans.compiling.AheadOfTime``); the state work around it stays
+        eager. Returns whether it did."""
         if not hasattr(self.backbone, "step_outputs"):
             return False
-        self.compiled_act = compiled(self.act_outputs, fullgraph=True)
+        self.compiled_act = AheadOfTime(self.act_outputs, self)
         return True
 
     def act_outputs(
-        self, obs: Tree, deterministic: bool, *inputs: Any
+        self, obs: Tree, deterministic: Tensor, *inputs: Any
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The math of one acting step as a pure function: action, log-prob and value (N,),
-        then what the stack caches (see ``TransformerStack.step_outputs``)."""
+        then what the stack caches (see ``TransformerStack.step_outputs``). ``deterministic``
+        is a bool tensor, so one compiled program serves both modes."""
         h, *cache = self.backbone.step_outputs(self.encode(obs), *inputs)
         dist = self.policy(h)
-        action = dist.mode() if deterministic else dist.sample()
+        action = torch.where(deterministic, dist.mode(), dist.sample())
         return action, dist.log_prob(action), self.value(h)[..., 0], *cache
 
     def __getstate__(self) -> dict[str, Any]:
@@ -260,7 +262,8 @@ class MemoryAgent(nn.Module):
         """One step for N envs: obs (N, ...), done (N,) = a new episode starts at this obs."""
         if self.compiled_act is not None:
             state, inputs = self.backbone.step_begin(state, done, self.value.weight.dtype)
-            action, log_prob, value, *cache = self.compiled_act(obs, deterministic, *inputs)
+            mode = torch.tensor(deterministic, device=done.device)
+            action, log_prob, value, *cache = self.compiled_act(obs, mode, *inputs)
             return ActOutput(action, log_prob, value), self.backbone.step_end(state, *cache)
         h, state = self.backbone.step(self.encode(obs), state, done)[:2]  # aux, if any, unused
         dist = self.policy(h)

@@ -4,12 +4,15 @@ import copy
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
+from torch import nn
 
 from agents.memory_agent import MemoryAgent
 from envs import make_env
 from rltrans.actors import LocalActor
 from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.compiling import AheadOfTime
 from rltrans.config import load_config
 from rltrans.learner import PPOLearner
 from rltrans.train import build_agent
@@ -26,11 +29,18 @@ def tiny_agent(backbone: str = "gtrxl") -> MemoryAgent:
     return MemoryAgent(OBS, ACT, backbone=backbone, dim=16, layers=2, heads=2, memory=4)
 
 
-def test_compiled_act_equals_eager_act_across_episode_ends():
-    """compile_step: action, log-prob, value and the cached state match the eager act."""
+@pytest.fixture(scope="module")
+def compiled_pair() -> tuple[MemoryAgent, MemoryAgent]:
+    """A tiny GTrXL agent and its twin with the compiled acting step (compiled once here)."""
     eager = tiny_agent().eval()
     fast = copy.deepcopy(eager)
     assert fast.compile_step()
+    return eager, fast
+
+
+def test_compiled_act_equals_eager_act_across_episode_ends(compiled_pair):
+    """compile_step: action, log-prob, value and the cached state match the eager act."""
+    eager, fast = compiled_pair
     torch.manual_seed(1)
     obs, dones = torch.randn(9, 5, 3), torch.rand(9, 5) < 0.2
     s_eager, s_fast = eager.initial_state(5), fast.initial_state(5)
@@ -43,9 +53,56 @@ def test_compiled_act_equals_eager_act_across_episode_ends():
     for a, b in zip(s_fast, s_eager, strict=True):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    out, _ = fast.act(obs[0], s_fast, dones[0])  # sampling compiles too (a second graph)
+    out, _ = fast.act(obs[0], s_fast, dones[0])  # sampling: the same compiled program
     assert out.action.shape == (5,)
+    assert len(fast.compiled_act.runners) == 1
     assert not tiny_agent("lstm").compile_step()  # no pure step to compile: stays eager
+
+
+def test_compiled_sampling_follows_the_policy(compiled_pair):
+    """Actions sampled by the compiled step have the policy's probabilities, and its
+    log-probs are those of the actions it took (its random numbers are really random)."""
+    eager, fast = compiled_pair
+    torch.manual_seed(2)
+    obs, done = torch.randn(5, 3), torch.ones(5, dtype=torch.bool)
+    _, inputs = fast.backbone.step_begin(fast.initial_state(5), done, torch.float32)
+    with torch.no_grad():
+        h = eager.backbone.step(eager.encode(obs), eager.initial_state(5), done)[0]
+        probs = eager.policy(h).log_p.exp()  # (5, 3)
+        counts = torch.zeros(5, 3)
+        for _ in range(2000):
+            action, log_prob, *_ = fast.compiled_act(obs, torch.tensor(False), *inputs)
+            counts[torch.arange(5), action] += 1
+            torch.testing.assert_close(log_prob, probs.log().gather(1, action[:, None])[:, 0])
+    torch.testing.assert_close(counts / 2000, probs, rtol=0, atol=0.05)
+
+
+def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape():
+    """Parameters are inputs, not baked constants: in-place updates, load_state_dict and a
+    reassigned buffer all show without recompiling; a new batch shape compiles anew."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
+    net.register_buffer("shift", torch.zeros(2))
+
+    def fn(x):
+        return net(x) + net.shift
+
+    fast = AheadOfTime(fn, net)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(fast(x), fn(x))
+    with torch.no_grad():
+        net[0].weight.mul_(-2.0)  # an optimiser step writes in place
+    torch.testing.assert_close(fast(x), fn(x))
+    other = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
+    other.register_buffer("shift", torch.full((2,), 3.0))
+    net.load_state_dict(other.state_dict())
+    torch.testing.assert_close(fast(x), fn(x))
+    net.shift = torch.full((2,), -1.0)  # a buffer reassigned, not written
+    torch.testing.assert_close(fast(x), fn(x))
+    assert len(fast.runners) == 1
+    y = torch.randn(7, 3)
+    torch.testing.assert_close(fast(y), fn(y))
+    assert len(fast.runners) == 2
 
 
 def test_compiled_ppo_update_equals_eager_update():
