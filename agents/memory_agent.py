@@ -276,6 +276,10 @@ class MemoryAgent(nn.Module):
 
         Used to bootstrap truncated episodes from their final observation.
         """
+        if self.compiled_act is not None:  # step_begin without ``done`` writes nothing
+            _, inputs = self.backbone.step_begin(state, None, self.value.weight.dtype)
+            mode = torch.tensor(True, device=self.value.weight.device)
+            return self.compiled_act(obs, mode, *inputs)[2]
         h = self.backbone.step(self.encode(obs), tree_map(torch.clone, state), None)[0]
         return self.value(h)[..., 0]
 

@@ -110,15 +110,12 @@ class MemoryState(NamedTuple):
         """(N, 1, M+1) additive attention mask (0 or -inf) of the current step over
         [window ; itself], built once per step for all layers.
 
-        The current step goes to slot c + M (the twin of slot c, whose copy at c still
-        holds the window's oldest step), so the validity of [window ; current] is the
-        slice [c, c+M]."""
+        The window is the slice [c, c+M) of the validity; the step itself (last column) is
+        always visible. Nothing is written: ``advance`` marks the step valid."""
         c, m = self.cursor, self.size
-        self.valid[:, c + m] = True
-        visible = self.valid[:, c : c + m + 1].view(-1, 1, m + 1)
-        return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(
-            ~visible, float("-inf")
-        )
+        mask = torch.zeros(self.valid.shape[0], 1, m + 1, dtype=dtype, device=self.valid.device)
+        mask[:, 0, :m].masked_fill_(~self.valid[:, c : c + m], float("-inf"))
+        return mask
 
     def windows(self) -> tuple[Tensor, Tensor]:
         """Cached keys and values of the last M steps, (Y, N, H, M, D/H) each, as views."""

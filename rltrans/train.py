@@ -136,7 +136,8 @@ def train_online(cfg: DictConfig) -> dict[str, Any]:
         compile=cfg.compile,
     )
     if cfg.compile:
-        agent.compile_step()
+        what = "the PPO loss and the acting step" if agent.compile_step() else "the PPO loss"
+        print(f"compile=true: the first update compiles {what} (~15-60 s)", file=sys.stderr)
     manager = CheckpointManager(run_dir / "checkpoints", keep_last=cfg.keep_checkpoints)
     global_step, update = 0, 0
     scaler_state = None

@@ -12,7 +12,7 @@ from agents.memory_agent import MemoryAgent
 from envs import make_env
 from rltrans.actors import LocalActor
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.compiling import AheadOfTime
+from rltrans.compiling import AheadOfTime, _load, _package_path
 from rltrans.config import load_config
 from rltrans.learner import PPOLearner
 from rltrans.train import build_agent
@@ -53,6 +53,11 @@ def test_compiled_act_equals_eager_act_across_episode_ends(compiled_pair):
     for a, b in zip(s_fast, s_eager, strict=True):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    before = [t.clone() for t in s_fast if isinstance(t, torch.Tensor)]
+    peeked = fast.peek_value(obs[0], s_fast)  # the same program, and no write to the state
+    torch.testing.assert_close(peeked, eager.peek_value(obs[0], s_eager), rtol=1e-5, atol=1e-5)
+    after = [t for t in s_fast if isinstance(t, torch.Tensor)]
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     out, _ = fast.act(obs[0], s_fast, dones[0])  # sampling: the same compiled program
     assert out.action.shape == (5,)
     assert len(fast.compiled_act.runners) == 1
@@ -77,9 +82,11 @@ def test_compiled_sampling_follows_the_policy(compiled_pair):
     torch.testing.assert_close(counts / 2000, probs, rtol=0, atol=0.05)
 
 
-def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape():
+def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape(tmp_path, monkeypatch):
     """Parameters are inputs, not baked constants: in-place updates, load_state_dict and a
-    reassigned buffer all show without recompiling; a new batch shape compiles anew."""
+    reassigned buffer all show without recompiling; a new batch shape compiles anew; a later
+    instance loads the compiled programs from the cache folder instead of compiling."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
     net.register_buffer("shift", torch.zeros(2))
@@ -103,6 +110,41 @@ def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape():
     y = torch.randn(7, 3)
     torch.testing.assert_close(fast(y), fn(y))
     assert len(fast.runners) == 2
+    assert len(list((tmp_path / "rltrans-aoti").glob("*.pt2"))) == 2
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("compiled although the program is cached")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", no_compiling)
+    again = AheadOfTime(fn, net)
+    torch.testing.assert_close(again(y), fn(y))
+
+
+def test_compiled_program_cache_keys_and_unreadable_files(tmp_path):
+    """The cache key changes with a literal or a shape and not with a re-export; a missing or
+    corrupt package reads as absent (compiled anew), never as an error."""
+    lin = nn.Linear(3, 2)
+
+    def key(scale, rows):
+        program = torch.export.export(Scaled(lin, scale), (torch.zeros(rows, 3),), strict=False)
+        return _package_path(program)
+
+    assert key(0.5, 4) == key(0.5, 4)
+    assert len({key(0.5, 4), key(0.25, 4), key(0.5, 5)}) == 3
+    assert _load(tmp_path / "missing.pt2") is None
+    (tmp_path / "corrupt.pt2").write_bytes(b"not a package")
+    assert _load(tmp_path / "corrupt.pt2") is None
+
+
+class Scaled(nn.Module):
+    """lin(x) * scale, scale a literal of the traced graph."""
+
+    def __init__(self, lin: nn.Module, scale: float) -> None:
+        super().__init__()
+        self.lin, self.scale = lin, scale
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
 
 
 def test_compiled_ppo_update_equals_eager_update():
