@@ -251,6 +251,11 @@ class MemoryAgent(nn.Module):
         """Fresh per-env memory for ``num_envs`` environments."""
         return self.backbone.initial_state(num_envs, self.device)
 
+    def refresh_state(self, state: Tree) -> Tree:
+        """The acting state made consistent with the current weights (re-projected key/value
+        cache; see ``WindowedMemory.refresh_state``): call after the weights changed."""
+        return self.backbone.refresh_state(state)
+
     def state_to_memory(self, state: Tree) -> Tree:
         """The training memory of a segment that starts at the current step (a copy)."""
         return self.backbone.state_to_memory(state)

@@ -122,6 +122,9 @@ class LocalActor:
     def collect(self, buffer: RolloutBuffer, on_info=None) -> None:
         """Fill ``buffer`` with T steps of all envs; ``on_info(info)`` sees every step's info."""
         timings = self.timings
+        # The weights may have changed since the last rollout: re-derive what the acting
+        # state caches from them, so acting and the learner's replay agree exactly.
+        self.state = self.agent.refresh_state(self.state)
         for t in range(buffer.num_steps):
             t0 = time.perf_counter()
             if t % buffer.segment_length == 0:

@@ -191,6 +191,25 @@ class WindowedMemory:
         """Copy the acting window out as the training memory of a segment that starts now."""
         return state.to_memory()
 
+    def memory_blocks(self) -> list:
+        """The block that reads each of the Y cached inputs (its ``memory_kv`` projects them)."""
+        raise NotImplementedError  # pragma: no cover
+
+    @torch.no_grad()
+    def refresh_state(self, state: MemoryState) -> MemoryState:
+        """Re-project the cached keys/values from the cached inputs with the current weights.
+
+        The cache holds keys/values computed when each step was acted; after a weight update
+        the learner replays the same stored inputs with the new weights, so without this the
+        first M steps of the next rollout would attend to stale keys and the PPO ratio there
+        would start away from 1 (invariant 5). Called at the start of every rollout.
+        """
+        for i, block in enumerate(self.memory_blocks()):
+            k, v = block.memory_kv(state.hidden[i])  # (N, H, 2M, D/H) each
+            state.keys[i].copy_(k)
+            state.values[i].copy_(v)
+        return state
+
     def segment_context(
         self,
         x: Tensor,

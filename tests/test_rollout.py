@@ -67,11 +67,20 @@ def test_replay_fidelity(backbone, segment_length):
     if "ponder_steps" in aux:  # ACT: replay is only a test if tokens halt at different depths
         assert len(aux["ponder_steps"].unique()) >= 2
 
-    learner = PPOLearner(agent, ppo=PPO, lr=1e-3, total_updates=1)
+    learner = PPOLearner(agent, ppo=PPO, lr=1e-3, total_updates=2)
     metrics = learner.update(buffer)
     assert abs(metrics["ratio_mean"].item() - 1.0) < 1e-5
     assert metrics["approx_kl"].item() < 1e-9
     assert metrics["clipfrac"].item() == 0.0
+
+    # After an update acting must use the new weights everywhere, memoised parts included
+    # (fused AdamW writes parameters without bumping their version counters).
+    actor.collect(buffer)
+    buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
+    (batch,) = buffer.minibatches(1)
+    log_prob, _, value, _ = agent.evaluate(batch.segment)
+    torch.testing.assert_close(log_prob, batch.log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(value, batch.values, atol=1e-5, rtol=0)
 
 
 def test_memory_is_stored_once_per_segment():

@@ -128,6 +128,10 @@ class TransformerStack(WindowedMemory, nn.Module):
         """One memory window per layer."""
         return self.layers
 
+    def memory_blocks(self) -> list:
+        """One block per layer reads that layer's cached inputs."""
+        return list(self.blocks)
+
     def add_input_position(self, x: Tensor, positions: Tensor) -> Tensor:
         """Add the absolute position embedding, if the scheme has one."""
         if self.input_position is None:

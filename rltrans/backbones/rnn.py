@@ -56,6 +56,11 @@ class RNNBackbone(nn.Module):
         """Zero acting state for ``envs`` environments."""
         return self.empty_memory(envs, device, dtype)
 
+    def refresh_state(self, state: RNNState) -> RNNState:
+        """Nothing to refresh after a weight update: the learner replays from the stored
+        (h, c) too, so acting and replay agree."""
+        return state
+
     def state_to_memory(self, state: RNNState) -> RNNState:
         """A copy of the state (the acting state is the training memory for an RNN)."""
         return RNNState(state.h.clone(), state.c.clone())
@@ -116,6 +121,10 @@ class MLPBackbone(nn.Module):
     def initial_state(self, envs: int, device=None, dtype=None) -> tuple:
         """No state."""
         return ()
+
+    def refresh_state(self, state: tuple) -> tuple:
+        """Memoryless: nothing to refresh."""
+        return state
 
     def state_to_memory(self, state: tuple) -> tuple:
         """No memory."""

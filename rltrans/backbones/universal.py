@@ -161,6 +161,10 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         """One memory window per depth step."""
         return self.max_steps
 
+    def memory_blocks(self) -> list:
+        """The one shared block reads the cached inputs of every depth step."""
+        return [self.block] * self.memory_slots
+
     def coordinates(self, h: Tensor, step: int, position: Tensor | None) -> Tensor:
         """Block input H + P^t at depth ``step`` (0-based): depth sinusoid plus position signal."""
         u = h + self.depth_signal[step].to(h.dtype)  # (B, L, D)
