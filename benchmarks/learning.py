@@ -45,10 +45,8 @@ TASKS = {
 AGENT_OVERRIDES = {
     "gtrxl": ["agent=gtrxl", "agent.memory=32"],
     "trxl": ["agent=trxl", "agent.memory=32"],
-    # rotary instead of xl relative positions: the variant that learns repeat_previous
+    # rotary instead of xl relative positions
     "gtrxl_rotary": ["agent=gtrxl", "agent.memory=32", "agent.position=rotary"],
-    # xl with a 32x larger initial W_kR (relative-position term): also learns repeat_previous
-    "gtrxl_xl32": ["agent=gtrxl", "agent.memory=32", "agent.xl_init_scale=32"],
     "lstm": ["agent=lstm"],
     "mlp": ["agent=mlp"],
     # cue and turn of the corridor-30 T-maze in one training segment (memory is stop-gradient)

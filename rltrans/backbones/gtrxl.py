@@ -76,7 +76,6 @@ class TransformerStack(WindowedMemory, nn.Module):
         causal: bool = True,
         max_len: int = 1024,
         shaw_max_distance: int = 16,
-        xl_init_scale: float = 1.0,
     ) -> None:
         super().__init__()
         if memory < 0:
@@ -107,7 +106,6 @@ class TransformerStack(WindowedMemory, nn.Module):
                 gate_bias=gate_bias,
                 kernel=kernel,
                 shaw_max_distance=shaw_max_distance,
-                xl_init_scale=xl_init_scale,
             )
             for _ in range(layers)
         )

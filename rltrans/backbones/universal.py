@@ -121,7 +121,6 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         causal: bool = True,
         max_len: int = 1024,
         shaw_max_distance: int = 16,
-        xl_init_scale: float = 1.0,
     ) -> None:
         super().__init__()
         if memory < 0:
@@ -148,7 +147,6 @@ class UniversalTransformer(WindowedMemory, nn.Module):
             gate_bias=gate_bias,
             kernel=kernel,
             shaw_max_distance=shaw_max_distance,
-            xl_init_scale=xl_init_scale,
         )
         # Depth half of the coordinate embedding, sinusoid(t) for t = 1 .. S (Dehghani §2.1).
         depth = coordinate_scale * sinusoid(torch.arange(1, max_steps + 1), dim)  # (S, D)

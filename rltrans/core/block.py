@@ -76,13 +76,10 @@ class TransformerBlock(nn.Module):
         gate_bias: float = 2.0,
         kernel: Kernel = "sdpa",
         shaw_max_distance: int = 16,
-        xl_init_scale: float = 1.0,
     ) -> None:
         super().__init__()
         check_choice("sublayer activation", sublayer_activation, ACTIVATIONS)
-        scheme = build_attention_position(
-            position, dim, heads, shaw_max_distance=shaw_max_distance, xl_init_scale=xl_init_scale
-        )
+        scheme = build_attention_position(position, dim, heads, shaw_max_distance=shaw_max_distance)
         self.attn = MultiHeadAttention(dim, heads, scheme, dropout=attn_dropout, kernel=kernel)
         self.mlp = FeedForward(dim, ff_mult * dim, ff_activation)
         self.gate1 = build_gate(gate, dim, gate_bias=gate_bias)

@@ -319,14 +319,10 @@ class XLAttention(AttentionScheme):
     so the SDPA path stays available.
     """
 
-    def __init__(self, dim: int, heads: int, init_scale: float = 1.0) -> None:
+    def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
-        if init_scale <= 0:
-            raise ValueError(f"xl_init_scale must be > 0, got {init_scale}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
         self.r_proj = nn.Linear(dim, dim, bias=False)  # W_kR
-        with torch.no_grad():  # see build_attention_position's xl_init_scale
-            self.r_proj.weight.mul_(init_scale)
         self.u = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
         self.v = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
         self._memo: Tensor | None = None  # relative_keys without autograd, see there
@@ -414,13 +410,8 @@ def build_attention_position(
     heads: int,
     *,
     shaw_max_distance: int = 16,
-    xl_init_scale: float = 1.0,
 ) -> nn.Module:
-    """The per-layer attention scheme for a position name.
-
-    ``xl_init_scale`` multiplies xl's initial W_kR (PyTorch's default Linear init at 1): a
-    larger relative-position term at the start lets PPO find position-selective attention
-    (repeat_previous: chance at 1, solved on 2 of 3 seeds at 32; README, "Results")."""
+    """The per-layer attention scheme for a position name."""
     check_choice("position scheme", name, POSITIONS)
     head_dim = dim // heads
     if name == "rotary":
@@ -430,5 +421,5 @@ def build_attention_position(
     if name == "shaw":
         return ShawAttention(head_dim, shaw_max_distance)
     if name == "xl":
-        return XLAttention(dim, heads, xl_init_scale)
+        return XLAttention(dim, heads)
     return PlainAttention()

@@ -170,13 +170,3 @@ def test_xl_relative_keys_memo_follows_weight_updates():
         xl.load_state_dict({k: torch.zeros_like(t) for k, t in xl.state_dict().items()})
         assert xl.relative_keys(9, 1, torch.device("cpu")).abs().sum() == 0
         assert xl.relative_keys(5, 2, torch.device("cpu")).shape == (H, 7, E)  # new shape
-
-
-def test_xl_init_scale_multiplies_the_initial_relative_projection():
-    torch.manual_seed(0)
-    base = build_attention_position("xl", 16, 4)
-    torch.manual_seed(0)
-    scaled = build_attention_position("xl", 16, 4, xl_init_scale=32.0)
-    torch.testing.assert_close(scaled.r_proj.weight, 32.0 * base.r_proj.weight)
-    with pytest.raises(ValueError, match="init_scale must be > 0, got 0"):
-        build_attention_position("xl", 16, 4, xl_init_scale=0.0)
