@@ -33,10 +33,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._inductor.runtime.cache_dir_utils import cache_dir
 from torch.utils import _pytree as pytree
 
 OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
+# AOTInductor packages came with torch 2.6; before that the acting step uses torch.compile.
+AOTI = hasattr(torch._inductor, "aoti_compile_and_package")
 
 
 def compiled(fn: Callable, *, fullgraph: bool = False) -> Callable:
@@ -99,7 +100,8 @@ class AheadOfTime:
     def _compile(self, args: tuple) -> Callable[[tuple, list[Any]], Any]:
         """A runner ``(args, leaves) -> fn(*args)`` for the signature of ``args``."""
         leaves = pytree.tree_leaves(args)
-        if any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in leaves):
+        on_cpu = all(t.device.type == "cpu" for t in leaves if isinstance(t, torch.Tensor))
+        if not (on_cpu and AOTI):
             fn = compiled(self.bound.fn, fullgraph=True)
             return lambda args, leaves: fn(*args)
         slots = _state_slots(self.bound)
@@ -112,9 +114,9 @@ class AheadOfTime:
             partial = package.with_name(f".{package.stem}.{os.getpid()}.pt2")
             torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
             os.replace(partial, package)
-            loaded = torch._inductor.aoti_load_package(str(package), run_single_threaded=True)
+            loaded = _open(package)
         out_spec = pytree.treespec_loads(loaded.loader.get_call_spec()[1])
-        run = loaded.loader.boxed_run
+        run = getattr(loaded.loader, "boxed_run", None) or loaded.loader.run  # older torch: run
 
         def runner(args: tuple, leaves: list[Any]) -> Any:
             # Parameters and buffers now, read from the modules' own tables (an optimiser step
@@ -131,9 +133,17 @@ def _load(package: Path) -> Any:
     if not package.exists():
         return None
     try:
-        return torch._inductor.aoti_load_package(str(package), run_single_threaded=True)
+        return _open(package)
     except (RuntimeError, OSError, ValueError):  # truncated or foreign: compile anew
         return None
+
+
+def _open(package: Path) -> Any:
+    """Load a compiled package (one acting thread: no locking between runner threads)."""
+    try:
+        return torch._inductor.aoti_load_package(str(package), run_single_threaded=True)
+    except TypeError:  # torch before run_single_threaded
+        return torch._inductor.aoti_load_package(str(package))
 
 
 def _package_path(program: torch.export.ExportedProgram) -> Path:
@@ -150,6 +160,8 @@ def _package_path(program: torch.export.ExportedProgram) -> Path:
         digest.update(name.encode())
         if isinstance(value, torch.Tensor):
             digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
     return Path(cache_dir()) / "rltrans-aoti" / f"{digest.hexdigest()[:32]}.pt2"
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+import rltrans.compiling
 from agents.memory_agent import MemoryAgent
 from envs import make_env
 from rltrans.actors import LocalActor
@@ -118,6 +119,15 @@ def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape(tmp_path, m
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", no_compiling)
     again = AheadOfTime(fn, net)
     torch.testing.assert_close(again(y), fn(y))
+
+
+def test_without_aotinductor_the_step_falls_back_to_torch_compile(monkeypatch):
+    """Before torch 2.6 (no AOTInductor packages) the same call runs under torch.compile."""
+    monkeypatch.setattr(rltrans.compiling, "AOTI", False)
+    lin = nn.Linear(3, 2)
+    fast = AheadOfTime(lambda x: lin(x).relu(), lin)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(fast(x), lin(x).relu())
 
 
 def test_compiled_program_cache_keys_and_unreadable_files(tmp_path):
