@@ -28,6 +28,7 @@ import hashlib
 import os
 import platform
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,21 +112,28 @@ class AheadOfTime:
         loaded = _load(package)
         if loaded is None:  # not cached (or unreadable): compile, then publish atomically
             package.parent.mkdir(parents=True, exist_ok=True)
-            partial = package.with_name(f".{package.stem}.{os.getpid()}.pt2")
-            torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
-            os.replace(partial, package)
+            scratch = package.with_name(f".{package.stem}.{os.getpid()}.pt2")
+            torch._inductor.aoti_compile_and_package(program, package_path=str(scratch))
+            os.replace(scratch, package)
             loaded = _open(package)
         out_spec = pytree.treespec_loads(loaded.loader.get_call_spec()[1])
         run = getattr(loaded.loader, "boxed_run", None) or loaded.loader.run  # older torch: run
+        flat_tuple = out_spec.type is tuple and out_spec.num_leaves == out_spec.num_children
+        unflatten = tuple if flat_tuple else partial(_unflatten, spec=out_spec)  # tuple: cheaper
 
         def runner(args: tuple, leaves: list[Any]) -> Any:
             # Parameters and buffers now, read from the modules' own tables (an optimiser step
             # or a reassigned buffer shows; ``getattr`` on modules cost ~0.15 ms per call).
             inputs = [table[leaf] for _, table, leaf in slots]
             inputs += [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-            return pytree.tree_unflatten(run(inputs), out_spec)
+            return unflatten(run(inputs))
 
         return runner
+
+
+def _unflatten(leaves: list[Any], spec: pytree.TreeSpec) -> Any:
+    """The program's outputs in their original structure."""
+    return pytree.tree_unflatten(leaves, spec)
 
 
 def _load(package: Path) -> Any:
