@@ -95,12 +95,12 @@ class AheadOfTime:
         key = (spec, *(_signature(leaf) for leaf in leaves))
         runner = self.runners.get(key)
         if runner is None:
-            runner = self.runners[key] = self._compile(args)
+            runner = self.runners[key] = self._compile(args, leaves)
         return runner(args, leaves)
 
-    def _compile(self, args: tuple) -> Callable[[tuple, list[Any]], Any]:
-        """A runner ``(args, leaves) -> fn(*args)`` for the signature of ``args``."""
-        leaves = pytree.tree_leaves(args)
+    def _compile(self, args: tuple, leaves: list[Any]) -> Callable[[tuple, list[Any]], Any]:
+        """A runner ``(args, leaves) -> fn(*args)`` for the signature of ``args`` (whose
+        flattened ``leaves`` the caller has already)."""
         on_cpu = all(t.device.type == "cpu" for t in leaves if isinstance(t, torch.Tensor))
         if not (on_cpu and AOTI):
             fn = compiled(self.bound.fn, fullgraph=True)
