@@ -33,20 +33,20 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
+from rltrans.agents.encoders import build_encoder
 from torch import Tensor, nn
 
-from agents.encoders import build_encoder
-from envs.spaces import obs_to_tensor
 from rltrans.backbones.causal import Init, causal_stack
 from rltrans.backbones.gtrxl import TransformerStack
 from rltrans.backbones.universal import UniversalTransformer
-from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryStats, normalizes_states
 from rltrans.core.attention import Kernel, check_choice
 from rltrans.core.block import FFActivation, NormPlacement
 from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName
 from rltrans.core.position import PositionName
 from rltrans.losses.dt import dt_action_loss
+from rltrans.spaces import normalizes_states, obs_to_tensor
+from rltrans.types import ActOutput, TrajectoryBatch, TrajectoryStats
 
 __all__ = ["BehaviorCloning", "DTOutput", "DTState", "DecisionTransformer"]
 
@@ -339,12 +339,13 @@ class ContextPolicy(nn.Module):
     @torch.no_grad()
     def act(
         self, obs: Any, state: DTState, done: Any = None, *, deterministic: bool = True
-    ) -> tuple[Tensor, DTState]:
+    ) -> tuple[ActOutput, DTState]:
         """Append obs (N, ...) as the newest step, predict its action; call `.eval()` first.
 
         `done` (N,) marks envs whose episode starts at `obs` (their context is reset to their
         target). Recomputes the whole K-step window, as DT does: a sliding window changes
-        every hidden state, so there is no cache to reuse. Returns env actions and the state.
+        every hidden state, so there is no cache to reuse. Returns the actions (already in the
+        env's values) and the state.
         """
         obs = obs_to_tensor(obs, self.observation_space, self.device)
         if done is not None:
@@ -367,7 +368,7 @@ class ContextPolicy(nn.Module):
             actions=torch.cat([state.actions[:, :-1], flat.unsqueeze(1)], dim=1),
             time=state.time + 1,
         )
-        return action, state
+        return ActOutput(action, action), state
 
     def observe(self, state: DTState, reward: Any) -> DTState:
         """Fold in the rewards (N,) of the last step: R_{t+1} = R_t - r_t (Chen et al. 2021,

@@ -15,7 +15,7 @@ Dict / Tuple, ``per_key``     :class:`ContainerEncoder`: one encoder per entry, 
 Dict / Tuple, ``flatten``     :class:`FlattenEncoder`: ``gymnasium.spaces.flatten`` layout -> MLP
 ============================  ===============================================================
 
-Inputs are what :func:`envs.spaces.obs_to_tensor` returns: raw space values (uint8 images stay
+Inputs are what :func:`rltrans.spaces.obs_to_tensor` returns: raw space values (uint8 images stay
 uint8 and are scaled by 1/255 here; Discrete as integers). Any number of leading dims is allowed -
 (B, ...), (B, L, ...), (T, N, ...) - the output is (*leading, D). Every encoder ends in a Linear
 (no activation): the backbone that follows applies its own norm and nonlinearity.
@@ -37,7 +37,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from envs.spaces import TensorTree, check_encodable
+from rltrans.spaces import TensorTree, check_encodable
 
 Activation = Literal["relu", "tanh"]
 DictMode = Literal["flatten", "per_key"]

@@ -30,10 +30,9 @@ import math
 import numpy as np
 import torch
 from gymnasium import spaces
+from rltrans.agents.encoders import layer_init
 from torch import nn
 from torch.nn import functional as F
-
-from agents.encoders import layer_init
 
 # Policy-output init gain 0.01: near-uniform initial policy (CleanRL's PPO scripts; Andrychowicz
 # et al. 2021, "What matters in on-policy RL", recommend scaling the last policy layer by 0.01).

@@ -24,34 +24,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, get_args
 
 import gymnasium as gym
 import numpy as np
 import torch
+from rltrans.agents.encoders import build_encoder, layer_init
+from rltrans.agents.heads import build_action_head
 from torch import Tensor, nn
 
-from agents.encoders import build_encoder, layer_init
-from agents.heads import build_action_head
 from rltrans.backbones.gtrxl import PRESETS, TransformerStack
 from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
 from rltrans.backbones.universal import UniversalTransformer
 from rltrans.compiling import AheadOfTime
 from rltrans.core.attention import check_choice
-from rltrans.types import Aux, Segment, Tree, tree_map
+from rltrans.types import ActOutput, Aux, Segment, Tree, tree_map
 
 BackboneName = Literal["gtrxl", "trxl", "trxl_i", "universal", "lstm", "gru", "mlp"]
 BACKBONES: tuple[str, ...] = get_args(BackboneName)
 DEFAULT_LAYERS = 3  # Y of the stacked backbones when ``layers`` is not given
 DEFAULT_TAU = 0.01  # ponder-cost weight (the Universal Transformer's act_loss_weight)
-
-
-class ActOutput(NamedTuple):
-    """What one acting step returns per env: action (N, ...), log_prob (N,), value (N,)."""
-
-    action: Tensor
-    log_prob: Tensor
-    value: Tensor
 
 
 def build_backbone(
@@ -269,11 +261,17 @@ class MemoryAgent(nn.Module):
             state, inputs = self.backbone.step_begin(state, done, self.value.weight.dtype)
             mode = torch.tensor(deterministic, device=done.device)
             action, log_prob, value, *cache = self.compiled_act(obs, mode, *inputs)
-            return ActOutput(action, log_prob, value), self.backbone.step_end(state, *cache)
+            out = ActOutput(action, self.policy.env_action_tensor(action), log_prob, value)
+            return out, self.backbone.step_end(state, *cache)
         h, state = self.backbone.step(self.encode(obs), state, done)[:2]  # aux, if any, unused
         dist = self.policy(h)
         action = dist.mode() if deterministic else dist.sample()
-        return ActOutput(action, dist.log_prob(action), self.value(h)[..., 0]), state
+        env_action = self.policy.env_action_tensor(action)
+        return ActOutput(action, env_action, dist.log_prob(action), self.value(h)[..., 0]), state
+
+    def observe(self, state: Tree, reward: Tensor) -> Tree:
+        """Memory policies do not condition on rewards: the state is returned unchanged."""
+        return state
 
     @torch.no_grad()
     def peek_value(self, obs: Tree, state: Tree) -> Tensor:

@@ -3,8 +3,8 @@
 For each environment, through the command-line tools (in-process):
 
 1. ``rltrans.collect`` writes a mixed-quality Minari dataset: a scripted controller that needs
-   no training (``envs.scripted``: CartPole-v1 state feedback reaching 500, Pendulum-v1 energy
-   swing-up) with its actions replaced by random ones with probability epsilon in
+   no training (``rltrans.envs.scripted``: CartPole-v1 state feedback reaching 500, Pendulum-v1
+   energy swing-up) with its actions replaced by random ones with probability epsilon in
    ``{0, 0.2, 0.3|0.5, 1}`` (expert, noisy and uniform random episodes, equal numbers);
 2. ``rltrans.train agent=dt`` and ``agent=bc`` train on it for ``--steps`` gradient steps at
    the paper's configuration (batch 64, K 20, 128-dim, 3 layers, 1 head, dropout 0.1), one run
@@ -51,10 +51,18 @@ class Task:
 
 TASKS = {
     "cartpole": Task(
-        "CartPole-v1", "CartPole-v1", "envs.scripted:CartPoleController", (0, 0.2, 0.3, 1), 120
+        "CartPole-v1",
+        "CartPole-v1",
+        "rltrans.envs.scripted:CartPoleController",
+        (0, 0.2, 0.3, 1),
+        120,
     ),
     "pendulum": Task(
-        "Pendulum-v1", "Pendulum-v1", "envs.scripted:PendulumController", (0, 0.2, 0.5, 1), 120
+        "Pendulum-v1",
+        "Pendulum-v1",
+        "rltrans.envs.scripted:PendulumController",
+        (0, 0.2, 0.5, 1),
+        120,
     ),
 }
 

@@ -33,9 +33,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
+from rltrans.agents.dt import DecisionTransformer
+from rltrans.envs.offline import Episode, OfflineDataset
 
-from agents.dt import DecisionTransformer
-from envs.offline import Episode, OfflineDataset
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryBuffer, TrajectoryStats
 
 STATE_DIM, ACT_DIM, MAX_EP_LEN = 11, 3, 1000  # Hopper-v3 sizes, as in the paper's Gym runs

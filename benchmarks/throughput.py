@@ -27,8 +27,8 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+from rltrans.agents.memory_agent import MemoryAgent
 
-from agents.memory_agent import MemoryAgent
 from rltrans.config import load_config, to_container
 
 OBS = gym.spaces.Box(-1.0, 1.0, (8,), np.float32)
@@ -183,7 +183,8 @@ class PPOSetup:
     x 128 steps, 8 minibatches x 4 epochs), stepped one update at a time."""
 
     def __init__(self, agent: str, env: str, updates: int, extra: tuple[str, ...] = ()) -> None:
-        from envs import make_env
+        from rltrans.envs import make_env
+
         from rltrans.actors import LocalActor
         from rltrans.buffers.rollout import RolloutBuffer
         from rltrans.learner import PPOLearner

@@ -2,10 +2,10 @@
 
 Two kinds, one API (Gymnasium 1.x VectorEnv with SAME_STEP autoreset):
 
-* ``kind: torch`` -- torch-native batched envs (:mod:`envs.torch_envs`), state in tensors
+* ``kind: torch`` -- torch-native batched envs (:mod:`rltrans.envs.torch_envs`), state in tensors
   on the training device;
 * ``kind: gym`` -- any registered Gymnasium id (``module:EnvId`` too), Sync/Async
-  vectorised, Atari preprocessing for ALE ids (:mod:`envs.gym_vec`).
+  vectorised, Atari preprocessing for ALE ids (:mod:`rltrans.envs.gym_vec`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from gymnasium.vector import VectorEnv
 
 
 def _make_torch(cfg: Mapping[str, Any], seed: int, device, training: bool) -> VectorEnv:
-    from envs.torch_envs import make_torch_env
+    from rltrans.envs.torch_envs import make_torch_env
 
     return make_torch_env(cfg["name"], cfg["num_envs"], device=device, **(cfg.get("kwargs") or {}))
 
 
 def _make_gym(cfg: Mapping[str, Any], seed: int, device, training: bool) -> VectorEnv:
-    from envs.gym_vec import make_vector_env
+    from rltrans.envs.gym_vec import make_vector_env
 
     return make_vector_env(
         cfg["id"],
@@ -53,6 +53,6 @@ def make_env(
 
 def is_torch_env(envs: VectorEnv) -> bool:
     """True for torch-native envs (actions and observations stay tensors on the device)."""
-    from envs.torch_envs import TorchVectorEnv
+    from rltrans.envs.torch_envs import TorchVectorEnv
 
     return isinstance(envs.unwrapped, TorchVectorEnv)

@@ -20,7 +20,7 @@ FIRE-on-reset is kept for evaluation too: it changes no reward, and an agent tra
 every life starts already launched) may never have learned to press FIRE at the start of a game.
 
 The underlying ALE env must be made with ``frameskip=1`` (``ALE/*-v5`` defaults to 4, which would
-skip twice); :func:`envs.gym_vec.make_vector_env` does that. Sticky actions
+skip twice); :func:`rltrans.envs.gym_vec.make_vector_env` does that. Sticky actions
 (``repeat_action_probability``, 0.25 for ``-v5`` ids) stay at the id's default.
 """
 

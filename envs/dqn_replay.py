@@ -27,9 +27,8 @@ from typing import Any, Literal, NamedTuple
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec, WrapperSpec
+from rltrans.envs.offline import Episode, OfflineDataset
 from tqdm.auto import tqdm
-
-from envs.offline import Episode, OfflineDataset
 
 __all__ = [
     "D4RLAtariId",
@@ -509,7 +508,7 @@ def dqn_replay_to_minari(
     DQN Replay never stores an episode's final observation; Minari needs T+1, so the last
     observation is stored again as the final one.
     """
-    from envs.minari_data import write_minari  # minari is only needed for this conversion
+    from rltrans.envs.minari_data import write_minari  # minari is only needed for this conversion
 
     text = description or (
         f"DQN Replay {dataset.name} ({dataset.info}). Single 84x84 grayscale frames; stack "

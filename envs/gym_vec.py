@@ -20,7 +20,7 @@ Contract of the returned ``gymnasium.vector.VectorEnv`` (N sub-envs):
   Gymnasium's rule); later resets continue each env's RNG. The action spaces are seeded too.
 
 Sub-env wrapping order: ``gymnasium.make(id, **env_kwargs)`` -> RecordEpisodeStatistics ->
-Atari preprocessing (if on, see :mod:`envs.atari`) -> ``wrappers`` entries in order.
+Atari preprocessing (if on, see :mod:`rltrans.envs.atari`) -> ``wrappers`` entries in order.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec, find_highest_version, get_env_id, parse_env_id
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.wrappers import RecordEpisodeStatistics
-
-from envs.atari import wrap_atari
+from rltrans.envs.atari import wrap_atari
 
 # Private info key of the raw-env statistics, so that an env or user wrapper that writes its own
 # info["episode"] cannot collide with (or trip RecordEpisodeStatistics' assert on) ours.
@@ -254,8 +253,8 @@ def make_vector_env(
     ``env_id`` may be ``"module:EnvId"`` (the module is imported first so it registers the id).
     ``wrappers`` are single-env wrappers ``{"path": import path, "kwargs": {...}}`` applied in
     order after the Atari preprocessing. ``atari="auto"`` preprocesses ALE ids (see
-    :mod:`envs.atari`); ``training`` picks its training or evaluation form. ``env_kwargs`` go to
-    ``gymnasium.make``. See the module docstring for the info contract.
+    :mod:`rltrans.envs.atari`); ``training`` picks its training or evaluation form.
+    ``env_kwargs`` go to ``gymnasium.make``. See the module docstring for the info contract.
 
     Example::
 

@@ -22,9 +22,8 @@ from gymnasium.envs.registration import EnvSpec
 from minari.data_collector.episode_buffer import EpisodeBuffer
 from minari.dataset.minari_dataset import parse_dataset_id
 from minari.storage.datasets_root_dir import get_dataset_path
+from rltrans.envs.offline import Episode, OfflineDataset, make_eval_env_fn
 from tqdm.auto import tqdm
-
-from envs.offline import Episode, OfflineDataset, make_eval_env_fn
 
 __all__ = [
     "EpisodePolicy",

@@ -82,7 +82,7 @@ class OfflineDataset:
 
     `observation_space` describes one row of `Episode.observations`. When `frame_stack` > 1
     (Atari), a policy sees the last `frame_stack` rows stacked, built at sampling time with
-    `envs.dqn_replay.stack_frames`, and the evaluation env produces such stacks itself.
+    `rltrans.envs.dqn_replay.stack_frames`, and the evaluation env produces such stacks itself.
     `env_spec` is the evaluation environment: `gym.make(env_spec)` or
     `gym.make_vec(env_spec, n, vectorization_mode="sync")`, or `make_eval_env_fn(dataset)`.
 
@@ -164,7 +164,7 @@ def detect_dataset_kind(name: str) -> str:
     is Minari; a d4rl-atari id (``pong-mixed-v0``, ``breakout-epoch-3-v1``) is DQN Replay;
     anything else is Minari (whose missing-dataset error lists the local datasets).
     """
-    from envs.dqn_replay import parse_d4rl_atari_id
+    from rltrans.envs.dqn_replay import parse_d4rl_atari_id
 
     if "/" in name:
         return "minari"
@@ -189,7 +189,7 @@ def load_dataset(
 ) -> OfflineDataset:
     """Load an offline dataset by id: a Minari id or a d4rl-atari (DQN Replay) id.
 
-    `dqn_replay` holds keyword arguments of `envs.dqn_replay.dqn_replay_episodes` (root,
+    `dqn_replay` holds keyword arguments of `rltrans.envs.dqn_replay.dqn_replay_episodes` (root,
     check_size, padding, ...); `download` lets Minari fetch a dataset that is not local.
 
     Example:
@@ -201,10 +201,10 @@ def load_dataset(
     if kind == "auto":
         kind = detect_dataset_kind(name)  # type: ignore[assignment]
     if kind == "minari":
-        from envs.minari_data import load_minari
+        from rltrans.envs.minari_data import load_minari
 
         return load_minari(name, download=download, progress=progress)
-    from envs.dqn_replay import dqn_replay_episodes
+    from rltrans.envs.dqn_replay import dqn_replay_episodes
 
     return dqn_replay_episodes(name, progress=progress, **dict(dqn_replay or {}))
 

@@ -1,8 +1,8 @@
 """Scripted controllers: competent policies that need no training, for datasets and tests.
 
-Both follow the policy protocol of `envs.minari_data.collect_episodes` (`initial_state(n)`,
+Both follow the policy protocol of `rltrans.envs.minari_data.collect_episodes` (`initial_state(n)`,
 `act(obs, state, done) -> (actions, state)`) and act on whole vector-env batches, so
-``python -m rltrans.collect policy=envs.scripted:CartPoleController env_id=CartPole-v1``
+``python -m rltrans.collect policy=rltrans.envs.scripted:CartPoleController env_id=CartPole-v1``
 writes an expert dataset in seconds, and mixing them with random actions (``epsilon=``)
 gives the mixed-quality data that offline RL is evaluated on.
 """

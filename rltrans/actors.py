@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from envs import is_torch_env
-from envs.spaces import obs_to_tensor
 from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.envs import is_torch_env
+from rltrans.spaces import obs_to_tensor
 from rltrans.types import Tree
 
 

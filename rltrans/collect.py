@@ -7,7 +7,7 @@ Writes a Minari dataset (hdf5, no jax) of episodes played by
   in its training env unless ``env_id=`` names another with the same spaces;
 * ``policy=<module:attr>``: a Python policy with ``initial_state(n)`` and
   ``act(obs, state, done)`` (a class or factory is called without arguments), e.g.
-  ``envs.scripted:CartPoleController``;
+  ``rltrans.envs.scripted:CartPoleController``;
 
 mixed with random actions by ``epsilon=0.3`` (per step), or ``epsilon=[0,1]`` to split the
 episodes evenly over several values (a mixed-quality dataset). Prints one JSON line: dataset
@@ -16,7 +16,7 @@ id, path, episodes, steps and mean/min/max return. Knobs: configs/collect.yaml (
 Example::
 
     python -m rltrans.collect dataset_id=rltrans/cartpole-mixed-v0 env_id=CartPole-v1 \\
-        policy=envs.scripted:CartPoleController epsilon=[0,0.5,1] episodes=300
+        policy=rltrans.envs.scripted:CartPoleController epsilon=[0,0.5,1] episodes=300
     python -m rltrans.train agent=dt dataset=rltrans/cartpole-mixed-v0
 """
 
@@ -99,7 +99,7 @@ def _wrapper_specs(wrappers: list[dict[str, Any]]) -> tuple[WrapperSpec, ...]:
 
 def _spec_from_env_config(env_cfg: dict[str, Any]) -> EnvSpec:
     """The EnvSpec of a checkpoint's kind: gym env config (kwargs and wrappers included)."""
-    from envs.gym_vec import is_ale_spec, resolve_env_spec
+    from rltrans.envs.gym_vec import is_ale_spec, resolve_env_spec
 
     if env_cfg.get("kind") != "gym":
         where = env_cfg.get("name") or env_cfg.get("kind")
@@ -115,7 +115,7 @@ def _spec_from_env_config(env_cfg: dict[str, Any]) -> EnvSpec:
             f"the checkpoint's env {name} uses rltrans's Atari preprocessing, which stacks 4 "
             f"frames per observation; Minari datasets of Atari store single frames (stacked at "
             f"sampling time), so rltrans.collect does not write them. Convert DQN Replay data "
-            f"with envs.dqn_replay.dqn_replay_to_minari instead"
+            f"with rltrans.envs.dqn_replay.dqn_replay_to_minari instead"
         )
     kwargs = {**spec.kwargs, **dict(env_cfg.get("kwargs") or {})}
     # gymnasium.make takes the step limit as a keyword; a spec holds it in its own field.
@@ -143,7 +143,7 @@ def _checkpoint_policy(cfg: DictConfig, device: Any) -> tuple[BoundPolicy, str, 
 
 def resolve_policy(cfg: DictConfig, device: Any) -> tuple[Any, EnvSpec, str]:
     """(policy or None for random, the env spec to collect in, a description of the policy)."""
-    from envs.gym_vec import resolve_env_spec
+    from rltrans.envs.gym_vec import resolve_env_spec
 
     source = str(cfg.policy)
     env_spec = None
@@ -198,7 +198,7 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
     from minari.dataset.minari_dataset import parse_dataset_id
     from minari.storage.datasets_root_dir import get_dataset_path
 
-    from envs.minari_data import collect_episodes, write_minari
+    from rltrans.envs.minari_data import collect_episodes, write_minari
 
     if cfg.dataset_id is None:
         raise ConfigError("dataset_id=<namespace/name-vN> is required, e.g. rltrans/cartpole-v0")

@@ -11,11 +11,17 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_PACKAGE = "rltrans.configs"  # the top-level configs/ folder, installed as package data
+
+
+def config_root() -> Traversable:
+    """The folder of the shipped YAML configs (works editable and from a wheel)."""
+    return files(CONFIG_PACKAGE)
 
 
 class ConfigError(ValueError):
@@ -24,7 +30,10 @@ class ConfigError(ValueError):
 
 def group_options(group: str) -> list[str]:
     """Options of a config group (the YAML file names in configs/<group>/)."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    folder = config_root() / group
+    if not folder.is_dir():
+        return []
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
 def _valid_keys(config_name: str, full_key: str, overrides: list[str]) -> list[str]:
@@ -38,9 +47,9 @@ def _valid_keys(config_name: str, full_key: str, overrides: list[str]) -> list[s
 
 
 def _compose(config_name: str, overrides: list[str]) -> DictConfig:
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
 
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3", job_name="rltrans"):
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3", job_name="rltrans"):
         return compose(config_name, overrides=overrides)
 
 
@@ -68,14 +77,18 @@ def load_config(overrides: list[str], config_name: str = "train") -> DictConfig:
 
 def config_help(config_name: str = "train") -> str:
     """The commented YAML of the root config and the options of every group, for --help."""
-    lines = [(CONFIG_DIR / f"{config_name}.yaml").read_text().rstrip(), ""]
+    root = config_root()
+    lines = [(root / f"{config_name}.yaml").read_text().rstrip(), ""]
     if config_name != "train":
         return "\n".join(lines)
-    for group_dir in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir()):
+    groups = sorted(
+        (p for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"), key=lambda p: p.name
+    )
+    for group_dir in groups:
         lines.append(f"== {group_dir.name}=<option> ==")
-        for path in sorted(group_dir.glob("*.yaml")):
-            first = path.read_text().splitlines()[0].lstrip("# ").strip()
-            lines.append(f"  {path.stem:20s} {first}")
+        for option in group_options(group_dir.name):
+            first = (group_dir / f"{option}.yaml").read_text().splitlines()[0]
+            lines.append(f"  {option:20s} {first.lstrip('# ').strip()}")
         lines.append("")
     lines.append("Show one option's knobs: python -m rltrans.train <group>=<option> --cfg")
     return "\n".join(lines)

@@ -104,7 +104,7 @@ def eval_env_config(cfg: DictConfig, payload: dict[str, Any], num_envs: int | No
 
 def make_checked_env(env_cfg: DictConfig, payload: dict[str, Any], cfg: DictConfig, device):
     """The evaluation vector env, after checking its spaces against the checkpoint's."""
-    from envs import make_env
+    from rltrans.envs import make_env
 
     envs = make_env(env_cfg, seed=cfg.seed, device=device, training=False)
     try:
@@ -121,8 +121,8 @@ def evaluate_online(
     cfg: DictConfig, payload: dict[str, Any], path: Path, device: torch.device
 ) -> dict[str, Any]:
     """Memory agents (PPO/IMPALA checkpoints): ``episodes`` split over the envs."""
-    from envs import is_torch_env
-    from envs.spaces import obs_to_tensor
+    from rltrans.envs import is_torch_env
+    from rltrans.spaces import obs_to_tensor
 
     agent = agent_from_checkpoint(payload, device)
     envs = make_checked_env(eval_env_config(cfg, payload, cfg.num_envs), payload, cfg, device)
@@ -214,7 +214,7 @@ def evaluate_targets(
     done)``, ``observe(state, rewards)`` (return-to-go minus reward, Chen et al. 2021, Alg. 1).
     ``on_step(finished_episodes)`` runs after every vector step.
     """
-    from envs import is_torch_env
+    from rltrans.envs import is_torch_env
 
     n = envs.num_envs
     if episodes < 1 or n != len(targets) * episodes:
@@ -234,8 +234,8 @@ def evaluate_targets(
     steps = 0
     try:
         while not tracker.done:
-            action, state = agent.act(obs, state, done, deterministic=deterministic)
-            obs, reward, terminated, truncated, info = envs.step(to_env(action))
+            out, state = agent.act(obs, state, done, deterministic=deterministic)
+            obs, reward, terminated, truncated, info = envs.step(to_env(out.env_action))
             state = agent.observe(state, reward)
             done = torch.as_tensor(terminated, device=device) | torch.as_tensor(
                 truncated, device=device

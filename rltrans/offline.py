@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rltrans.buffers.trajectory import TrajectoryBuffer
@@ -77,15 +76,13 @@ def eval_metrics(results: list[TargetResult]) -> dict[str, float]:
 
 def _window_length(cfg: DictConfig) -> int:
     """K: algo.context, else the agent's own context (DT) or history (BC)."""
-    target = cfg.agent.get("_target_")
-    try:
-        cls = get_class(target)
-    except Exception as err:  # Hydra wraps import errors differently across versions
-        raise ConfigError(f"agent._target_={target!r} cannot be imported: {err}") from None
+    from rltrans.registry import agent_class
+
+    cls = agent_class(cfg.agent)
     if not callable(getattr(cls, "load_stats", None)):
         raise ConfigError(
             f"algo=offline trains return-conditioned agents (agent=dt or agent=bc); "
-            f"{target} is not one (it has no load_stats)"
+            f"agent.kind={cfg.agent.get('kind')!r} is not one (it has no load_stats)"
         )
     k = cfg.algo.context or cfg.agent.get("context") or cfg.agent.get("history")
     if not k or k < 1:
@@ -114,7 +111,7 @@ def _eval_env_config(
 
     None when the dataset records no env and no evaluation is asked for.
     """
-    from envs.offline import env_config_from_spec
+    from rltrans.envs.offline import env_config_from_spec
 
     if cfg.env.kind != "dataset":
         return {**to_container(cfg.env), "num_envs": num_envs}
@@ -162,7 +159,7 @@ def _dataset_info(cfg: DictConfig, dataset: Any, kind: str) -> dict[str, Any]:
 
 def _load(cfg: DictConfig) -> tuple[Any, str]:
     """The dataset cfg.dataset names, and its resolved kind."""
-    from envs.offline import DATASET_KINDS, detect_dataset_kind, load_dataset
+    from rltrans.envs.offline import DATASET_KINDS, detect_dataset_kind, load_dataset
 
     if cfg.dataset is None:
         raise ConfigError(
@@ -227,12 +224,12 @@ def _resume(manager: CheckpointManager, run: dict[str, Any], sampler: np.random.
 
 def train_offline(cfg: DictConfig) -> dict[str, Any]:
     """DT/BC on a fixed dataset for ``train_steps`` gradient steps; returns the final summary."""
-    from envs import make_env
+    from rltrans.envs import make_env
 
     algo = cfg.algo
     context = _window_length(cfg)
     dataset, kind = _load(cfg)
-    agent_name = str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
+    agent_name = str(cfg.agent.kind)
     run_dir = prepare_run_dir(cfg, name=f"{str(cfg.dataset).replace('/', '_')}-{agent_name}")
     device = select_device(cfg.device)
     if cfg.torch_threads:
@@ -264,12 +261,13 @@ def train_offline(cfg: DictConfig) -> dict[str, Any]:
             envs.close()
             raise
 
-    agent = instantiate(
-        cfg.agent,
-        observation_space=buffer.observation_space,
-        action_space=buffer.action_space,
+    from rltrans.registry import build_agent
+
+    agent = build_agent(
+        to_container(cfg.agent),
+        buffer.observation_space,
+        buffer.action_space,
         stats=buffer.stats(),
-        _convert_="all",
     ).to(device)
     train_steps = int(cfg.train_steps)
     learner = Learner(

@@ -23,11 +23,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from minari.serialization import deserialize_space, serialize_space
 
-from envs.spaces import obs_to_tensor
 from rltrans.checkpoint import CheckpointError, load_checkpoint
+from rltrans.spaces import obs_to_tensor
 from rltrans.types import Tree, tree_leaves
 
 
@@ -65,9 +64,12 @@ def agent_from_checkpoint(payload: dict[str, Any], device: torch.device | str = 
     # Build arguments that are not config knobs, e.g. DT's dataset statistics (whose
     # max_timestep sizes the timestep embedding): saved by the trainer as "agent_kwargs".
     extra = payload.get("agent_kwargs") or {}
-    agent = instantiate(
-        agent_cfg, observation_space=obs_space, action_space=act_space, _convert_="all", **extra
-    )
+    from rltrans.registry import RegistryError, build_agent
+
+    try:
+        agent = build_agent(agent_cfg, obs_space, act_space, **extra)
+    except RegistryError as err:
+        raise CheckpointError(f"checkpoint config: {err}") from None
     agent.load_state_dict(state_dict)
     return agent.to(device).eval()
 
@@ -178,8 +180,8 @@ class ReturnConditionedPolicy(Policy):
             done = torch.as_tensor(np.asarray(done) if as_numpy else done, device=self.device)
         if deterministic is None:
             deterministic = self.deterministic
-        action, state = self.agent.act(obs, state, done, deterministic=deterministic)
-        return (action.cpu().numpy() if as_numpy else action), state
+        out, state = self.agent.act(obs, state, done, deterministic=deterministic)
+        return (out.env_action.cpu().numpy() if as_numpy else out.env_action), state
 
     def observe(self, state: Tree, reward: Any) -> Tree:
         """Subtract the rewards (N,) of the last step from each env's return-to-go."""

@@ -2,7 +2,7 @@
 
 Online training reads top to bottom like a CleanRL script: parse, seed, build,
 then loop (collect -> advantages -> update -> log -> checkpoint). The pieces
-live in modules: envs (make_env), agents (from the agent config's _target_),
+live in modules: envs (make_env), agents (rltrans.registry),
 rltrans.actors, rltrans.buffers, rltrans.learner, rltrans.checkpoint, rltrans.logging.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rltrans.checkpoint import (
@@ -69,11 +68,10 @@ def prepare_run_dir(cfg: DictConfig, name: str | None = None) -> Path:
 
 
 def build_agent(cfg: DictConfig, observation_space, action_space, device) -> torch.nn.Module:
-    """Instantiate the agent config's _target_ with the env-derived spaces."""
-    agent = instantiate(
-        cfg.agent, observation_space=observation_space, action_space=action_space, _convert_="all"
-    )
-    return agent.to(device)
+    """The registered agent class the agent config names, built for the env-derived spaces."""
+    from rltrans.registry import build_agent as build
+
+    return build(to_container(cfg.agent), observation_space, action_space).to(device)
 
 
 def checkpoint_payload(agent, learner, cfg, envs, global_step: int, update: int) -> dict[str, Any]:
@@ -110,9 +108,9 @@ def resume_from(manager: CheckpointManager, agent, learner, envs) -> tuple[int, 
 
 def train_online(cfg: DictConfig) -> dict[str, Any]:
     """PPO on a vector env; returns the final summary."""
-    from envs import make_env
     from rltrans.actors import LocalActor, RewardScaler
     from rltrans.buffers.rollout import RolloutBuffer
+    from rltrans.envs import make_env
     from rltrans.learner import NonFiniteLossError, PPOLearner
 
     run_dir = prepare_run_dir(cfg)

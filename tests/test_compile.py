@@ -6,11 +6,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from rltrans.agents.memory_agent import MemoryAgent
+from rltrans.envs import make_env
 from torch import nn
 
 import rltrans.compiling
-from agents.memory_agent import MemoryAgent
-from envs import make_env
 from rltrans.actors import LocalActor
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.compiling import AheadOfTime, _load, _package_path

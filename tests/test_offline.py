@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from rltrans import load_policy
+from rltrans import envs, load_policy
 from rltrans.checkpoint import load_checkpoint
 from rltrans.collect import main as collect_main
 from rltrans.evaluate import evaluate_targets
@@ -45,7 +44,7 @@ def mixed(capsys) -> dict:
     args = [
         "dataset_id=rltrans/cp-mixed-v0",
         "env_id=CartPole-v1",
-        "policy=envs.scripted:CartPoleController",
+        "policy=rltrans.envs.scripted:CartPoleController",
         "epsilon=[0,1]",
         "episodes=12",
         "num_envs=4",
@@ -197,7 +196,7 @@ def test_collect_refuses_torch_native_checkpoints(tmp_path, capsys):
 
 
 def test_dqn_replay_shards_train_a_cnn_decision_transformer(tmp_path, capsys):
-    from envs.dqn_replay import write_dqn_replay_shard
+    from rltrans.envs.dqn_replay import write_dqn_replay_shard
 
     rng = np.random.default_rng(0)
     rows = 40  # two terminated episodes of 20 frames

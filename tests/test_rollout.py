@@ -4,10 +4,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from rltrans.agents.memory_agent import MemoryAgent
+from rltrans.envs.gym_vec import make_vector_env
+from rltrans.envs.torch_envs import make_torch_env
 
-from agents.memory_agent import MemoryAgent
-from envs.gym_vec import make_vector_env
-from envs.torch_envs import make_torch_env
 from rltrans.actors import LocalActor
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.learner import PPOLearner

@@ -1,6 +1,6 @@
 """Torch-native batched environments: all state in tensors on one device, Gymnasium VectorEnv API.
 
-    >>> from envs.torch_envs import make_torch_env
+    >>> from rltrans.envs.torch_envs import make_torch_env
     >>> env = make_torch_env("tmaze", num_envs=64, device="cpu", length=30)
     >>> obs, info = env.reset(seed=0)
 
@@ -14,11 +14,10 @@ import inspect
 from typing import Any
 
 import torch
-
-from envs.torch_envs.base import TorchVectorEnv
-from envs.torch_envs.repeat_previous import RepeatPrevious
-from envs.torch_envs.stateless_cartpole import StatelessCartPole
-from envs.torch_envs.tmaze import TMaze
+from rltrans.envs.torch_envs.base import TorchVectorEnv
+from rltrans.envs.torch_envs.repeat_previous import RepeatPrevious
+from rltrans.envs.torch_envs.stateless_cartpole import StatelessCartPole
+from rltrans.envs.torch_envs.tmaze import TMaze
 
 __all__ = [
     "TORCH_ENVS",

@@ -1,7 +1,7 @@
 """Offline K-step windows for the Decision Transformer (Chen et al. 2021, section 3).
 
 `TrajectoryBuffer` turns an offline dataset (episodes of observations, actions, rewards, as
-`envs.offline.OfflineDataset` holds them) into batches of windows of K consecutive steps:
+`rltrans.envs.offline.OfflineDataset` holds them) into batches of windows of K consecutive steps:
 returns-to-go, states, actions, timesteps and a mask of real steps.
 
 Everything that does not change is computed once: the undiscounted return-to-go of every step,
@@ -21,9 +21,7 @@ checkpoint always carries the normalisation it was trained with.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -31,9 +29,11 @@ import torch
 from torch import Tensor
 
 from rltrans.returns import returns_to_go_segments
+from rltrans.spaces import normalizes_states
+from rltrans.types import TrajectoryBatch, TrajectoryStats
 
 if TYPE_CHECKING:  # annotations only: rltrans does not import envs at run time
-    from envs.offline import OfflineDataset
+    from rltrans.envs.offline import OfflineDataset
 
 __all__ = [
     "TrajectoryBatch",
@@ -45,74 +45,6 @@ __all__ = [
 
 SUPPORTED_SPACES = (gym.spaces.Box, gym.spaces.Discrete)
 STD_EPS = 1e-6  # added to the state std, as the DT reference code does
-
-
-@dataclass
-class TrajectoryBatch:
-    """B windows of K steps, left-padded; padded steps hold zeros and have mask False."""
-
-    states: Tensor  # (B, K, *obs_shape) raw observations (frame stacks (B, K, k, H, W) uint8)
-    actions: Tensor  # (B, K) long for Discrete, (B, K, A) float32 for Box (A = prod(shape))
-    returns_to_go: Tensor  # (B, K, 1) float32 sum of rewards from this step to the episode end
-    timesteps: Tensor  # (B, K) long step within the episode, clamped to max_timestep - 1
-    mask: Tensor  # (B, K) bool, True = real step
-
-    @property
-    def batch_size(self) -> int:
-        """Number of windows B."""
-        return self.mask.shape[0]
-
-    @property
-    def context(self) -> int:
-        """Window length K."""
-        return self.mask.shape[1]
-
-    def to(self, device: torch.device | str) -> TrajectoryBatch:
-        """The same batch on `device`."""
-        return TrajectoryBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
-
-
-@dataclass
-class TrajectoryStats:
-    """What a DT model needs from its training data, saved with it in every checkpoint.
-
-    `state_mean`/`state_std` are (*obs_shape) for normalised observations (see
-    `normalizes_states`) and () zeros/ones otherwise; `return_scale` divides returns-to-go;
-    `max_timestep` is the size of the timestep embedding.
-    """
-
-    state_mean: Tensor
-    state_std: Tensor
-    return_scale: float
-    max_timestep: int
-
-    def as_dict(self) -> dict[str, Tensor | float | int]:
-        """Tensors, floats and ints only: safe for `torch.load(weights_only=True)`."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_stats(cls, stats: Mapping[str, Any] | TrajectoryStats) -> TrajectoryStats:
-        """Restore from `as_dict()` / `TrajectoryBuffer.stats()` output (checks the keys)."""
-        if isinstance(stats, TrajectoryStats):
-            return stats
-        names = [f.name for f in fields(cls)]
-        if sorted(stats) != sorted(names):
-            raise ValueError(f"stats keys {sorted(stats)}; expected exactly {sorted(names)}")
-        return cls(
-            state_mean=torch.as_tensor(stats["state_mean"], dtype=torch.float32),
-            state_std=torch.as_tensor(stats["state_std"], dtype=torch.float32),
-            return_scale=float(stats["return_scale"]),
-            max_timestep=int(stats["max_timestep"]),
-        )
-
-
-def normalizes_states(space: gym.Space) -> bool:
-    """Whether states of `space` are standardised with the dataset mean/std.
-
-    Box observations are, except uint8 ones (images: the encoder scales them by 1/255, as DT's
-    Atari code does); Discrete observations are indices for an embedding.
-    """
-    return isinstance(space, gym.spaces.Box) and space.dtype != np.uint8
 
 
 def policy_observation_space(dataset: OfflineDataset) -> gym.Space:
@@ -313,7 +245,7 @@ class TrajectoryBuffer:
 def stack_rows(frames: np.ndarray, index: np.ndarray, k: int) -> np.ndarray:
     """Rows `index` (n,) of one episode, each stacked with its k-1 predecessors: (n, k, ...).
 
-    Rows before the episode start are zeros, the rule of `envs.dqn_replay.stack_frames` and
+    Rows before the episode start are zeros, the rule of `rltrans.envs.dqn_replay.stack_frames` and
     of Gymnasium's `FrameStackObservation(padding_type="zero")` at evaluation; k = 1 returns
     the rows themselves, (n, ...).
     """

@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from rltrans.agents.dt import BehaviorCloning, DecisionTransformer, DTState
 
-from agents.dt import BehaviorCloning, DecisionTransformer, DTState
 from rltrans.backbones.causal import causal_stack
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryStats
 
@@ -214,7 +214,7 @@ def rollout(model, obs, rewards, targets, done):
     state = model.initial_state(obs.shape[1], targets)
     preds, actions = [], []
     for t in range(obs.shape[0]):
-        action, state = model.act(obs[t], state, done[t])
+        (action, *_), state = model.act(obs[t], state, done[t])
         preds.append(model.predict_context(state))  # a_t is filled in: causally invisible
         actions.append(action)
         state = model.observe(state, rewards[t])
@@ -298,10 +298,10 @@ def test_acting_state_layout_and_errors():
     state = model.initial_state(2, 7.0)
     assert isinstance(state, DTState) and state.target.tolist() == [7.0, 7.0]
     assert state.states.shape == (2, K, 3) and state.actions.shape == (2, K)
-    action, state = model.act(np.zeros((2, 3)), state, np.array([True, True]))
+    (action, *_), state = model.act(np.zeros((2, 3)), state, np.array([True, True]))
     assert action.shape == (2,) and ((action >= 1) & (action <= 4)).all()
     assert state.valid.tolist() == [1, 1] and state.returns_to_go[:, -1].tolist() == [7.0, 7.0]
-    sampled, _ = model.act(np.zeros((2, 3)), state, None, deterministic=False)
+    (sampled, *_), _ = model.act(np.zeros((2, 3)), state, None, deterministic=False)
     assert ((sampled >= 1) & (sampled <= 4)).all()
     with pytest.raises(ValueError, match=r"want \(3,\)"):
         model.initial_state(3, torch.zeros(2))
@@ -335,7 +335,7 @@ def test_image_observations_through_the_cnn_encoder():
     model = DecisionTransformer(space, gym.spaces.Discrete(3), dim=16, heads=1, context=3).eval()
     state = model.initial_state(2, torch.tensor([1.0, 2.0]))
     frames = np.random.default_rng(0).integers(0, 256, (2, 4, 8, 8), dtype=np.uint8)
-    action, state = model.act(frames, state, np.ones(2, bool))
+    (action, *_), state = model.act(frames, state, np.ones(2, bool))
     assert action.shape == (2,) and state.states.dtype == torch.uint8
     assert model.state_mean.shape == ()  # images are scaled by the encoder, not standardised
 
@@ -402,8 +402,9 @@ def test_bc_acting_ignores_target_and_matches_forward():
 def test_cartpole_data_to_vector_env_evaluation_with_per_env_targets():
     """Buffer -> DT loss -> acting in a SAME_STEP vector env, one target per env: after each
     episode end an env restarts from its own target with a one-step context."""
-    from envs.minari_data import collect_episodes
-    from envs.offline import OfflineDataset
+    from rltrans.envs.minari_data import collect_episodes
+    from rltrans.envs.offline import OfflineDataset
+
     from rltrans.buffers.trajectory import TrajectoryBuffer
 
     env = gym.make("CartPole-v1")
@@ -427,7 +428,7 @@ def test_cartpole_data_to_vector_env_evaluation_with_per_env_targets():
     done = np.ones(3, dtype=bool)
     ends = 0
     for _ in range(60):
-        action, state = model.act(obs, state, done)
+        (action, *_), state = model.act(obs, state, done)
         if done.any():  # fresh episodes: one real step, conditioned on their own target
             assert (state.valid[done] == 1).all()
             assert torch.equal(state.returns_to_go[done, -1], targets[done])

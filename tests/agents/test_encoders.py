@@ -10,8 +10,7 @@ import pytest
 import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
-
-from agents.encoders import (
+from rltrans.agents.encoders import (
     ContainerEncoder,
     DiscreteEncoder,
     FlattenEncoder,
@@ -22,8 +21,9 @@ from agents.encoders import (
     flatten_obs,
     image_layout,
 )
-from envs.gym_vec import make_vector_env
-from envs.spaces import UnsupportedSpaceError, obs_to_tensor
+from rltrans.envs.gym_vec import make_vector_env
+
+from rltrans.spaces import UnsupportedSpaceError, obs_to_tensor
 
 D = 16
 

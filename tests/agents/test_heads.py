@@ -8,15 +8,14 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from torch import distributions as td
-
-from agents.heads import (
+from rltrans.agents.heads import (
     BernoulliHead,
     CategoricalHead,
     GaussianHead,
     MultiCategoricalHead,
     build_action_head,
 )
+from torch import distributions as td
 
 IN = 8
 LEAD = (3, 5)  # (B, L)
@@ -190,7 +189,7 @@ def test_unsupported_action_space_lists_supported(space: spaces.Space) -> None:
 
 def test_categorical_samples_follow_the_probabilities():
     """The Gumbel-max sampler draws from softmax(logits), masked (-inf) entries never."""
-    from agents.heads import CategoricalDist
+    from rltrans.agents.heads import CategoricalDist
 
     probs = torch.tensor([0.1, 0.2, 0.7, 0.0])
     dist = CategoricalDist(probs.log().expand(100_000, 4), event_ndim=0)

@@ -11,9 +11,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from rltrans.agents.memory_agent import MemoryAgent
+from rltrans.envs.torch_envs import make_torch_env
 
-from agents.memory_agent import MemoryAgent
-from envs.torch_envs import make_torch_env
 from rltrans import load_policy
 from rltrans.actors import LocalActor
 from rltrans.backbones.universal import UniversalTransformer
@@ -261,7 +261,7 @@ def test_ut_act_trains_through_the_cli_and_logs_ponder_to_tensorboard(tmp_path, 
 
 
 def test_observation_norm_matches_numpy_statistics():
-    from agents.memory_agent import ObservationNorm
+    from rltrans.agents.memory_agent import ObservationNorm
 
     norm = ObservationNorm((3,))
     rng = np.random.default_rng(0)

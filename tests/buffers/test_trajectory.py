@@ -6,9 +6,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from rltrans.envs.dqn_replay import stack_frames
+from rltrans.envs.offline import Episode, OfflineDataset
 
-from envs.dqn_replay import stack_frames
-from envs.offline import Episode, OfflineDataset
 from rltrans.buffers.trajectory import (
     TrajectoryBuffer,
     TrajectoryStats,

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import RecordEpisodeStatistics
-
-from envs.atari import EpisodicLife
-from envs.gym_vec import GAME_STATS_KEY, GameEpisodeStatistics, make_vector_env
+from rltrans.envs.atari import EpisodicLife
+from rltrans.envs.gym_vec import GAME_STATS_KEY, GameEpisodeStatistics, make_vector_env
 
 
 class FakeAle:

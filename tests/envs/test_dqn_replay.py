@@ -7,8 +7,7 @@ import gzip
 import gymnasium as gym
 import numpy as np
 import pytest
-
-from envs.dqn_replay import (
+from rltrans.envs.dqn_replay import (
     capitalize_game_name,
     d4rl_stack,
     dqn_replay_episodes,
@@ -317,7 +316,7 @@ def test_stack_frames_index_array_matches_int_index(checkpoint):
 
 
 def test_convert_to_minari_round_trip(tmp_path, monkeypatch):
-    from envs.minari_data import load_minari
+    from rltrans.envs.minari_data import load_minari
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     arrays, _ = make_checkpoint([12, 9], 5)

@@ -8,8 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
-
-from envs.gym_vec import make_vector_env
+from rltrans.envs.gym_vec import make_vector_env
 
 # CartPole-v1 terminates when |theta| > 12 degrees or |x| > 2.4 (gymnasium cartpole.py).
 THETA_LIMIT = 12 * 2 * np.pi / 360

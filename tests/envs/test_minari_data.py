@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 from gymnasium.envs.registration import EnvSpec
 from minari.data_collector.episode_buffer import EpisodeBuffer
-
-from envs.minari_data import collect_episodes, load_minari, make_eval_env_fn, write_minari
-from envs.offline import Episode
+from rltrans.envs.minari_data import collect_episodes, load_minari, make_eval_env_fn, write_minari
+from rltrans.envs.offline import Episode
 
 
 @pytest.fixture(autouse=True)

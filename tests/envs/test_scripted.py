@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
-from envs.minari_data import collect_episodes
-from envs.scripted import CartPoleController, PendulumController
+from rltrans.envs.minari_data import collect_episodes
+from rltrans.envs.scripted import CartPoleController, PendulumController
 
 
 def returns(env_id: str, policy, episodes: int = 4) -> np.ndarray:

@@ -132,3 +132,12 @@ def _to_tensor_tree(obs: Any, space: spaces.Space, device: torch.device | str) -
             _to_tensor_tree(o, sub, device) for o, sub in zip(obs, space.spaces, strict=True)
         )
     return _leaf_to_tensor(obs, device)
+
+
+def normalizes_states(space: spaces.Space) -> bool:
+    """Whether states of `space` are standardised with the dataset mean/std.
+
+    Box observations are, except uint8 ones (images: the encoder scales them by 1/255, as DT's
+    Atari code does); Discrete observations are indices for an embedding.
+    """
+    return isinstance(space, spaces.Box) and space.dtype != np.uint8

@@ -1,0 +1,1 @@
+"""Hydra config groups shipped as package data (read through importlib.resources)."""

@@ -1,0 +1,122 @@
+"""Agent classes by name: the only way a config (from the command line or a checkpoint file)
+becomes a model.
+
+An agent config names its class with ``kind`` (``memory``, ``dt``, ``bc`` or a name a user
+registered); every other entry is a plain keyword argument of that class. Nothing in a
+config is ever imported or called by path: Hydra-style ``_target_`` entries are refused
+anywhere below the top level, and at the top level only the import paths rltrans itself
+wrote in earlier versions (``agents.memory_agent.MemoryAgent`` and the like) are read, as
+aliases of their registered names. Loading a checkpoint therefore runs no code but
+rltrans's own constructors.
+
+Example:
+    >>> from rltrans.registry import register_agent
+    >>> register_agent("my_agent", MyAgent)          # doctest: +SKIP
+    >>> # then: python -m rltrans.train agent.kind=my_agent ...  (or a YAML with kind: my_agent)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+from torch import nn
+
+from rltrans.agents.dt import BehaviorCloning, DecisionTransformer
+from rltrans.agents.memory_agent import MemoryAgent
+
+AgentClass = Callable[..., nn.Module]
+
+_AGENTS: dict[str, AgentClass] = {
+    "memory": MemoryAgent,
+    "dt": DecisionTransformer,
+    "bc": BehaviorCloning,
+}
+
+# Import paths that rltrans configs and checkpoints used before agents had names.
+_LEGACY_TARGETS: dict[str, str] = {
+    f"{prefix}{path}": name
+    for prefix in ("", "rltrans.")
+    for path, name in (
+        ("agents.memory_agent.MemoryAgent", "memory"),
+        ("agents.dt.DecisionTransformer", "dt"),
+        ("agents.dt.BehaviorCloning", "bc"),
+    )
+}
+
+
+class RegistryError(ValueError):
+    """An agent config names no registered class, or carries something that could run code."""
+
+
+def register_agent(name: str, cls: AgentClass) -> None:
+    """Make ``cls`` buildable as ``agent.kind=<name>``; it is called as
+    ``cls(observation_space, action_space, **knobs)``."""
+    if not name.isidentifier():
+        raise ValueError(f"agent name {name!r} must be an identifier")
+    if name in _AGENTS and _AGENTS[name] is not cls:
+        raise ValueError(f"agent name {name!r} is taken by {_AGENTS[name].__qualname__}")
+    _AGENTS[name] = cls
+
+
+def registered_agents() -> list[str]:
+    """Names usable as ``agent.kind``."""
+    return sorted(_AGENTS)
+
+
+def agent_class(agent_cfg: Mapping[str, Any]) -> AgentClass:
+    """The registered class an agent config names (``kind``, or a legacy ``_target_``)."""
+    name = agent_cfg.get("kind")
+    target = agent_cfg.get("_target_")
+    if name is None and target is not None:
+        name = _LEGACY_TARGETS.get(str(target))
+        if name is None:
+            raise RegistryError(
+                f"agent._target_={target!r} is not an rltrans agent; configs name their class "
+                f"with agent.kind, one of: {', '.join(registered_agents())} (rltrans never "
+                f"imports a class named by a config or checkpoint)"
+            )
+    if name not in _AGENTS:
+        raise RegistryError(
+            f"agent.kind={name!r}; valid kinds: {', '.join(registered_agents())} "
+            f"(register your own with rltrans.registry.register_agent)"
+        )
+    return _AGENTS[name]
+
+
+def _refuse_targets(value: Any, path: str) -> None:
+    """Raise on any ``_target_`` key below ``path`` (a config must hold plain values only)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key == "_target_":
+                raise RegistryError(
+                    f"{path}._target_={item!r}: a config may not name code to call; agent "
+                    f"configs hold plain values (numbers, strings, lists, mappings)"
+                )
+            _refuse_targets(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _refuse_targets(item, f"{path}[{i}]")
+
+
+def agent_knobs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of an agent config: everything but its class name, checked to
+    hold plain values only."""
+    knobs = {k: v for k, v in agent_cfg.items() if k not in ("kind", "_target_")}
+    _refuse_targets(knobs, "agent")
+    return knobs
+
+
+def build_agent(
+    agent_cfg: Mapping[str, Any],
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    **extra: Any,
+) -> nn.Module:
+    """Build the agent a plain config describes for the given spaces.
+
+    ``extra`` are build arguments that are not config knobs (a DT's dataset statistics).
+    """
+    cls = agent_class(agent_cfg)
+    return cls(observation_space, action_space, **agent_knobs(agent_cfg), **extra)

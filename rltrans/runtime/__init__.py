@@ -1,0 +1,1 @@
+"""The acting runtime: one episode loop for rollouts, evaluation and collection; actors."""
