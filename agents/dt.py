@@ -4,7 +4,11 @@ Decision Transformer embeds each step of a K-step window as three tokens, return
 state and action, each plus an embedding of the step's episode timestep; interleaves them as
 (R_1, s_1, a_1, R_2, s_2, a_2, ...) -> (B, 3K, D); runs the causal GPT stack of
 :mod:`rltrans.backbones.causal`; and reads the action of step t off the hidden state of the
-s_t token, which sees R_1..R_t, s_1..s_t and a_1..a_{t-1} only (ARCHITECTURE invariant 10).
+s_t token, which sees R_1..R_t, s_1..s_t and a_1..a_{t-1} only.
+
+`DecisionTransformer` takes a built backbone (a causal stack or a Universal Transformer);
+:func:`build_decision_transformer` and :func:`build_behavior_cloning` turn the knobs of
+``configs/agent/dt.yaml`` and ``bc.yaml`` into models (the registry builds agents with them).
 
 Both models take raw `TrajectoryBatch` windows and own their scaling: state mean/std, return
 scale and the timestep embedding size come in as `stats` (`TrajectoryBuffer.stats()`) and
@@ -33,11 +37,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from rltrans.agents.encoders import build_encoder
 from torch import Tensor, nn
 
-from rltrans.backbones.causal import Init, causal_stack
-from rltrans.backbones.gtrxl import TransformerStack
+from rltrans.agents.encoders import FlattenSteps, build_encoder
+from rltrans.agents.heads import ContinuousActions, DiscreteActions, build_actions
+from rltrans.backbones.base import Backbone
+from rltrans.backbones.causal import Init, causal_stack, gpt2_config
 from rltrans.backbones.universal import UniversalTransformer
 from rltrans.core.attention import Kernel, check_choice
 from rltrans.core.block import FFActivation, NormPlacement
@@ -48,7 +53,14 @@ from rltrans.losses.dt import dt_action_loss
 from rltrans.spaces import normalizes_states, obs_to_tensor
 from rltrans.types import ActOutput, TrajectoryBatch, TrajectoryStats
 
-__all__ = ["BehaviorCloning", "DTOutput", "DTState", "DecisionTransformer"]
+__all__ = [
+    "BehaviorCloning",
+    "DTOutput",
+    "DTState",
+    "DecisionTransformer",
+    "build_behavior_cloning",
+    "build_decision_transformer",
+]
 
 DEFAULT_MAX_TIMESTEP = 1000  # DT's max_ep_len for MuJoCo, used when no stats are given
 
@@ -77,119 +89,6 @@ class DTOutput(NamedTuple):
     next_return: Tensor | None  # (B, K, 1) R_{t+1} / return_scale, from the a_t token
     next_state: Tensor | None  # (B, K, obs_dim) normalised s_{t+1}, from the a_t token
     ponder_cost: Tensor | None = None  # (B, K, 3) ACT's N + R per token (backbone=universal)
-
-
-# ------------------------------------------------------------------------------ actions
-
-
-class DiscreteActions(nn.Module):
-    """Discrete actions: `nn.Embedding` in, logits out, cross-entropy loss."""
-
-    def __init__(self, space: gym.spaces.Discrete, dim: int, in_dim: int) -> None:
-        super().__init__()
-        self.n, self.start = int(space.n), int(space.start)
-        self.embed = nn.Embedding(self.n, dim)
-        self.head = nn.Linear(in_dim, self.n)
-
-    def embed_actions(self, actions: Tensor, mask: Tensor) -> Tensor:
-        """(B, K) env actions -> (B, K, D); padded slots use index 0."""
-        return self.embed((actions.long() - self.start).masked_fill(~mask, 0))
-
-    def forward(self, h: Tensor) -> Tensor:
-        """(..., in_dim) -> logits (..., n)."""
-        return self.head(h)
-
-    def loss(self, pred: Tensor, actions: Tensor, mask: Tensor) -> tuple[Tensor, dict]:
-        """Cross-entropy over real steps."""
-        return dt_action_loss(pred, actions.long() - self.start, mask, "discrete")
-
-    def select(self, pred: Tensor, deterministic: bool) -> Tensor:
-        """Env actions (N,) from logits (N, n): argmax, or a categorical sample."""
-        if deterministic:
-            return pred.argmax(-1) + self.start
-        return torch.distributions.Categorical(logits=pred).sample() + self.start
-
-    def blank(self, n: int, device: torch.device) -> Tensor:
-        """Placeholder action (N,) for the step being predicted (causally invisible to it)."""
-        return torch.full((n,), self.start, dtype=torch.long, device=device)
-
-
-class ContinuousActions(nn.Module):
-    """Box actions: Linear in and out; tanh rescaled to the bounds when `tanh` (DT's MuJoCo head).
-
-    Inputs and the loss work in units where finite bounds map to [-1, 1] ((a - center) / radius),
-    so every action dimension weighs the same whatever its range; `forward` returns env units.
-    """
-
-    def __init__(self, space: gym.spaces.Box, dim: int, in_dim: int, tanh: bool) -> None:
-        super().__init__()
-        self.shape = tuple(space.shape)
-        low = np.asarray(space.low, np.float64).reshape(-1)
-        high = np.asarray(space.high, np.float64).reshape(-1)
-        finite = np.isfinite(low) & np.isfinite(high)
-        if tanh and not finite.all():
-            raise ValueError(
-                f"action_tanh=True needs finite Box bounds, got low={space.low}, high={space.high};"
-                " pass action_tanh=False for unbounded actions"
-            )
-        low, high = np.where(finite, low, 0.0), np.where(finite, high, 0.0)  # unbounded: 0, 1
-        center = (high + low) / 2
-        radius = np.where(high > low, (high - low) / 2, 1.0)
-        self.register_buffer("center", torch.as_tensor(center, dtype=torch.float32), False)
-        self.register_buffer("radius", torch.as_tensor(radius, dtype=torch.float32), False)
-        self.dim_a = len(center)
-        self.embed = nn.Linear(self.dim_a, dim)
-        self.head = nn.Linear(in_dim, self.dim_a)
-        self.squash = nn.Tanh() if tanh else nn.Identity()
-
-    def unit(self, actions: Tensor) -> Tensor:
-        """Env actions (..., A) -> bound-normalised units."""
-        return (actions.float() - self.center) / self.radius
-
-    def embed_actions(self, actions: Tensor, mask: Tensor) -> Tensor:
-        """(B, K, A) env actions -> (B, K, D); padded slots embed zeros."""
-        return self.embed(self.unit(actions) * mask.unsqueeze(-1))
-
-    def forward(self, h: Tensor) -> Tensor:
-        """(..., in_dim) -> actions (..., A) in env units."""
-        return self.center + self.radius * self.squash(self.head(h))
-
-    def loss(self, pred: Tensor, actions: Tensor, mask: Tensor) -> tuple[Tensor, dict]:
-        """Squared error in bound-normalised units over real steps (DT's MSE)."""
-        return dt_action_loss(self.unit(pred), self.unit(actions), mask, "continuous")
-
-    def select(self, pred: Tensor, deterministic: bool) -> Tensor:
-        """Env actions (N, *shape): DT regresses a point estimate, so always the prediction."""
-        return pred.reshape(pred.shape[0], *self.shape)
-
-    def blank(self, n: int, device: torch.device) -> Tensor:
-        """Placeholder action (N, A) for the step being predicted."""
-        return self.center.expand(n, self.dim_a).clone()
-
-
-def build_actions(
-    space: gym.Space, dim: int, in_dim: int, tanh: bool
-) -> DiscreteActions | ContinuousActions:
-    """The action embedding + head for a Discrete or Box action space."""
-    if isinstance(space, gym.spaces.Discrete):
-        return DiscreteActions(space, dim, in_dim)
-    if isinstance(space, gym.spaces.Box):
-        return ContinuousActions(space, dim, in_dim, tanh)
-    raise ValueError(f"unsupported action space {space!r}; supported: ['Box', 'Discrete']")
-
-
-class FlattenSteps(nn.Module):
-    """(B, K, *obs) -> (B, K, prod(obs)) float, then an optional Linear to D."""
-
-    def __init__(self, obs_shape: tuple[int, ...], dim: int | None = None) -> None:
-        super().__init__()
-        flat = math.prod(obs_shape)
-        self.linear = nn.Identity() if dim is None else nn.Linear(flat, dim)
-        self.out_dim = flat if dim is None else dim
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Flatten the dims after (B, K), then project."""
-        return self.linear(x.reshape(*x.shape[:2], -1).float())
 
 
 # ------------------------------------------------------------------------ shared machinery
@@ -383,14 +282,18 @@ class ContextPolicy(nn.Module):
 class DecisionTransformer(ContextPolicy):
     """Return-conditioned policy over the last K (R, s, a) steps (Chen et al. 2021).
 
-    Defaults are the paper's Gym setting (3 layers, 1 head, D 128, K 20, dropout 0.1, ReLU
-    MLP); Atari used 6 layers, 8 heads, K 30 (50 for Pong) and GELU. `max_timestep`
-    defaults to the stats' (the data's longest episode) or 1000; later timesteps share the
-    last embedding.
+    ``transformer`` is the built backbone the 3K tokens run through: a causal
+    `TransformerStack` (GPT-2 as DT uses it, :func:`rltrans.backbones.causal.causal_stack`)
+    or a `UniversalTransformer` (one shared block looped with ACT, Dehghani et al. 2019),
+    whose ``max_len`` covers 3K tokens; its width is the model's. `max_timestep` defaults
+    to the stats' (the data's longest episode) or 1000; later timesteps share the last
+    embedding. ``embed_dropout`` is GPT-2's embedding dropout (default: the backbone's
+    ``dropout``). ``tau`` weighs the ponder cost of a pondering backbone. Build from config
+    knobs with :func:`build_decision_transformer`.
 
     Example:
-        >>> model = DecisionTransformer(env.observation_space, env.action_space,
-        ...                             stats=buffer.stats())  # doctest: +SKIP
+        >>> model = build_decision_transformer(env.observation_space, env.action_space,
+        ...                                    stats=buffer.stats())  # doctest: +SKIP
         >>> loss, metrics = model.loss(buffer.sample(64))  # doctest: +SKIP
     """
 
@@ -398,30 +301,17 @@ class DecisionTransformer(ContextPolicy):
         self,
         observation_space: gym.Space,
         action_space: gym.Space,
+        transformer: Backbone,
         *,
-        dim: int = 128,
-        layers: int = 3,
-        heads: int = 1,
         context: int = 20,
         max_timestep: int | None = None,
-        dropout: float = 0.1,
-        position: PositionName = "none",
-        gate: GateName = "residual",
-        norm: NormPlacement = "pre",
-        activation: FFActivation = "relu",
+        embed_dropout: float | None = None,
         action_tanh: bool = True,
         predict_next: bool = False,
-        kernel: Kernel = "sdpa",
-        init: Init = "gpt2",
-        stats: dict[str, Any] | TrajectoryStats | None = None,
-        backbone: DTBackbone = "causal",
-        max_steps: int = 4,
         tau: float = 0.01,
-        halting_bias: float = -1.0,
-        coordinate_scale: float = 0.1,
+        stats: dict[str, Any] | TrajectoryStats | None = None,
     ) -> None:
         super().__init__(observation_space, action_space, stats)
-        check_choice("DT backbone", backbone, ("causal", "universal"))
         self.tau = tau
         if max_timestep is None:
             have = TrajectoryStats.from_stats(stats).max_timestep if stats is not None else None
@@ -431,7 +321,10 @@ class DecisionTransformer(ContextPolicy):
                 f"context and max_timestep must be >= 1, got context={context}, "
                 f"max_timestep={max_timestep}"
             )
+        dim = transformer.dim
         self.context, self.max_timestep, self.dim = context, max_timestep, dim
+        if embed_dropout is None:
+            embed_dropout = transformer.config.dropout
         # Modality-specific embeddings (section 3: "a linear layer for each modality"; a
         # convolutional encoder for pixel inputs) plus a learned episodic timestep embedding.
         self.embed_return = nn.Linear(1, dim)
@@ -442,26 +335,11 @@ class DecisionTransformer(ContextPolicy):
         self.action_codec = build_actions(action_space, dim, dim, action_tanh)
         self.embed_timestep = nn.Embedding(max_timestep, dim)
         self.embed_norm = nn.LayerNorm(dim)  # LayerNorm of the token sequence (the DT code)
-        self.embed_drop = Dropout(dropout)  # GPT-2's embedding dropout
-        # GPT-2 as DT uses it (rltrans.backbones.causal); max_len counts tokens, 3 per step.
-        options = dict(position=position, gate=gate, norm=norm, dropout=dropout, kernel=kernel)
-        options["ff_activation"] = activation  # the DT Gym code's GPT-2 MLP uses ReLU
-        if backbone == "causal":
-            self.transformer = causal_stack(
-                dim, layers, heads, max_len=3 * context, init=init, **options
-            )
-        else:  # one shared block looped with ACT (Dehghani et al. 2019); `layers` is unused
-            options.pop("ff_activation")
-            self.transformer = UniversalTransformer(
-                dim,
-                heads,
-                max_steps=max_steps,
-                halting_bias=halting_bias,
-                coordinate_scale=coordinate_scale,
-                sublayer_activation="none",
-                max_len=3 * context,
-                **options,
-            )
+        self.embed_drop = Dropout(embed_dropout)  # GPT-2's embedding dropout
+        self.transformer = transformer
+        # Training may skip the last layer's work off the state tokens (state_outputs) where
+        # the backbone can select outputs and has no per-token aux (a ponder cost) to keep.
+        self.prunes_to_states = transformer.selects_outputs and not transformer.ponders
         self.next_return_head = nn.Linear(dim, 1) if predict_next else None
         self.next_state_head = None
         if predict_next:
@@ -490,9 +368,9 @@ class DecisionTransformer(ContextPolicy):
         # Each step's mask covers its three tokens; padded queries see only themselves (the
         # core keeps the diagonal), real ones never see padding.
         key_padding = batch.mask.bool().repeat_interleave(3, dim=1)  # (B, 3K)
-        out = self.transformer(x, key_padding=key_padding)  # (B, 3K, D), memory[, aux]
-        ponder = out[2]["ponder_cost"].view(b, k, 3) if len(out) > 2 else None  # UT only
-        return out[0].view(b, k, 3, self.dim), ponder
+        out = self.transformer(x, key_padding=key_padding)  # hidden (B, 3K, D)
+        ponder = out.aux["ponder_cost"].view(b, k, 3) if self.transformer.ponders else None
+        return out.hidden.view(b, k, 3, self.dim), ponder
 
     def state_outputs(self, batch: TrajectoryBatch) -> Tensor:
         """Stack outputs (B, K, D) at the s_t tokens alone, computed without dead work.
@@ -503,7 +381,7 @@ class DecisionTransformer(ContextPolicy):
         """
         x = self.embed_drop(self.embed_norm(self.embed_tokens(batch)[:, :-1]))  # (B, 3K-1, D)
         key_padding = batch.mask.bool().repeat_interleave(3, dim=1)[:, :-1]
-        return self.transformer(x, key_padding=key_padding, outputs=slice(1, None, 3))[0]
+        return self.transformer(x, key_padding=key_padding, outputs=slice(1, None, 3)).hidden
 
     def hidden(self, batch: TrajectoryBatch) -> Tensor:
         """Stack outputs (B, K, 3, D): [:, t, 0] R_t, [:, t, 1] s_t, [:, t, 2] a_t."""
@@ -512,7 +390,7 @@ class DecisionTransformer(ContextPolicy):
     def predict(self, batch: TrajectoryBatch) -> DTOutput:
         """Action from each s_t token; next return and state from each a_t token if enabled."""
         plain = self.next_state_head is None and self.next_return_head is None
-        if plain and isinstance(self.transformer, TransformerStack):
+        if plain and self.prunes_to_states:
             return DTOutput(self.action_codec(self.state_outputs(batch)), None, None, None)
         h, ponder = self.hidden_and_ponder(batch)
         action = self.action_codec(h[:, :, 1])  # (B, K, A) from the state tokens
@@ -572,3 +450,99 @@ class BehaviorCloning(ContextPolicy):
         x = x.unfold(1, self.history, 1)  # (B, K, F, h): step t sees rows t..t+h-1 = t-h+1..t
         x = x.transpose(2, 3).flatten(2)  # (B, K, h*F), oldest state first
         return DTOutput(self.action_codec(self.mlp(x)), None, None)
+
+
+# ------------------------------------------------------------------------------ builders
+
+
+def build_decision_transformer(
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    *,
+    dim: int = 128,
+    layers: int = 3,
+    heads: int = 1,
+    context: int = 20,
+    max_timestep: int | None = None,
+    dropout: float = 0.1,
+    position: PositionName = "none",
+    gate: GateName = "residual",
+    norm: NormPlacement = "pre",
+    activation: FFActivation = "relu",
+    action_tanh: bool = True,
+    predict_next: bool = False,
+    kernel: Kernel = "sdpa",
+    init: Init = "gpt2",
+    stats: dict[str, Any] | TrajectoryStats | None = None,
+    backbone: DTBackbone = "causal",
+    max_steps: int = 4,
+    tau: float = 0.01,
+    halting_bias: float = -1.0,
+    coordinate_scale: float = 0.1,
+) -> DecisionTransformer:
+    """A DecisionTransformer from the knobs of ``configs/agent/dt.yaml`` (the registry's "dt").
+
+    Defaults are the paper's Gym setting (3 layers, 1 head, D 128, K 20, dropout 0.1, ReLU
+    MLP); Atari used 6 layers, 8 heads, K 30 (50 for Pong) and GELU. ``backbone="causal"``
+    is GPT-2 as DT uses it (``init`` picks its initialisation); ``"universal"`` loops one
+    shared block with ACT (Dehghani et al. 2019) for up to ``max_steps`` depth steps, and
+    ``layers`` and ``init`` do not apply.
+    """
+    check_choice("DT backbone", backbone, ("causal", "universal"))
+    # GPT-2's block as DT uses it; max_len counts tokens, 3 per step.
+    config = gpt2_config(
+        dim,
+        heads,
+        position=position,
+        gate=gate,
+        norm=norm,
+        ff_activation=activation,  # the DT Gym code's GPT-2 MLP uses ReLU
+        dropout=dropout,
+        kernel=kernel,
+        max_len=3 * context,
+    )
+    if backbone == "causal":
+        transformer: Backbone = causal_stack(config, layers, init=init)
+    else:
+        transformer = UniversalTransformer(
+            config,
+            max_steps=max_steps,
+            halting_bias=halting_bias,
+            coordinate_scale=coordinate_scale,
+        )
+    return DecisionTransformer(
+        observation_space,
+        action_space,
+        transformer,
+        context=context,
+        max_timestep=max_timestep,
+        action_tanh=action_tanh,
+        predict_next=predict_next,
+        tau=tau,
+        stats=stats,
+    )
+
+
+def build_behavior_cloning(
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    *,
+    dim: int = 128,
+    layers: int = 3,
+    history: int = 20,
+    dropout: float = 0.1,
+    action_tanh: bool = True,
+    stats: dict[str, Any] | TrajectoryStats | None = None,
+) -> BehaviorCloning:
+    """A BehaviorCloning model from the knobs of ``configs/agent/bc.yaml`` (the registry's
+    "bc"); it has no transformer, so the knobs are its own keyword arguments."""
+    return BehaviorCloning(
+        observation_space,
+        action_space,
+        dim=dim,
+        layers=layers,
+        history=history,
+        dropout=dropout,
+        action_tanh=action_tanh,
+        stats=stats,
+    )

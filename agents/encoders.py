@@ -317,3 +317,18 @@ def build_encoder(
     if layout is not None:
         return ImageEncoder(space, layout, out_dim)
     return MLPEncoder(tuple(space.shape), out_dim, hidden_dim, activation)
+
+
+class FlattenSteps(nn.Module):
+    """Windows of vector steps for the Decision Transformer and its BC baseline:
+    (B, K, *obs) -> (B, K, prod(obs)) float, then an optional Linear to D."""
+
+    def __init__(self, obs_shape: tuple[int, ...], dim: int | None = None) -> None:
+        super().__init__()
+        flat = math.prod(obs_shape)
+        self.linear = nn.Identity() if dim is None else nn.Linear(flat, dim)
+        self.out_dim = flat if dim is None else dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Flatten the dims after (B, K), then project."""
+        return self.linear(x.reshape(*x.shape[:2], -1).float())

@@ -30,9 +30,11 @@ import math
 import numpy as np
 import torch
 from gymnasium import spaces
-from rltrans.agents.encoders import layer_init
-from torch import nn
+from torch import Tensor, nn
 from torch.nn import functional as F
+
+from rltrans.agents.encoders import layer_init
+from rltrans.losses.dt import dt_action_loss
 
 # Policy-output init gain 0.01: near-uniform initial policy (CleanRL's PPO scripts; Andrychowicz
 # et al. 2021, "What matters in on-policy RL", recommend scaling the last policy layer by 0.01).
@@ -291,3 +293,102 @@ def build_action_head(space: spaces.Space, in_dim: int) -> ActionHead:
         f"action space {space!r} ({type(space).__name__}) is not supported; supported: "
         f"{', '.join(SUPPORTED_ACTION_SPACES)}"
     )
+
+
+# ------------------------------------------------------- Decision Transformer action codecs
+
+
+class DiscreteActions(nn.Module):
+    """Discrete actions: `nn.Embedding` in, logits out, cross-entropy loss."""
+
+    def __init__(self, space: spaces.Discrete, dim: int, in_dim: int) -> None:
+        super().__init__()
+        self.n, self.start = int(space.n), int(space.start)
+        self.embed = nn.Embedding(self.n, dim)
+        self.head = nn.Linear(in_dim, self.n)
+
+    def embed_actions(self, actions: Tensor, mask: Tensor) -> Tensor:
+        """(B, K) env actions -> (B, K, D); padded slots use index 0."""
+        return self.embed((actions.long() - self.start).masked_fill(~mask, 0))
+
+    def forward(self, h: Tensor) -> Tensor:
+        """(..., in_dim) -> logits (..., n)."""
+        return self.head(h)
+
+    def loss(self, pred: Tensor, actions: Tensor, mask: Tensor) -> tuple[Tensor, dict]:
+        """Cross-entropy over real steps."""
+        return dt_action_loss(pred, actions.long() - self.start, mask, "discrete")
+
+    def select(self, pred: Tensor, deterministic: bool) -> Tensor:
+        """Env actions (N,) from logits (N, n): argmax, or a categorical sample."""
+        if deterministic:
+            return pred.argmax(-1) + self.start
+        return torch.distributions.Categorical(logits=pred).sample() + self.start
+
+    def blank(self, n: int, device: torch.device) -> Tensor:
+        """Placeholder action (N,) for the step being predicted (causally invisible to it)."""
+        return torch.full((n,), self.start, dtype=torch.long, device=device)
+
+
+class ContinuousActions(nn.Module):
+    """Box actions: Linear in and out; tanh rescaled to the bounds when `tanh` (DT's MuJoCo head).
+
+    Inputs and the loss work in units where finite bounds map to [-1, 1] ((a - center) / radius),
+    so every action dimension weighs the same whatever its range; `forward` returns env units.
+    """
+
+    def __init__(self, space: spaces.Box, dim: int, in_dim: int, tanh: bool) -> None:
+        super().__init__()
+        self.shape = tuple(space.shape)
+        low = np.asarray(space.low, np.float64).reshape(-1)
+        high = np.asarray(space.high, np.float64).reshape(-1)
+        finite = np.isfinite(low) & np.isfinite(high)
+        if tanh and not finite.all():
+            raise ValueError(
+                f"action_tanh=True needs finite Box bounds, got low={space.low}, high={space.high};"
+                " pass action_tanh=False for unbounded actions"
+            )
+        low, high = np.where(finite, low, 0.0), np.where(finite, high, 0.0)  # unbounded: 0, 1
+        center = (high + low) / 2
+        radius = np.where(high > low, (high - low) / 2, 1.0)
+        self.register_buffer("center", torch.as_tensor(center, dtype=torch.float32), False)
+        self.register_buffer("radius", torch.as_tensor(radius, dtype=torch.float32), False)
+        self.dim_a = len(center)
+        self.embed = nn.Linear(self.dim_a, dim)
+        self.head = nn.Linear(in_dim, self.dim_a)
+        self.squash = nn.Tanh() if tanh else nn.Identity()
+
+    def unit(self, actions: Tensor) -> Tensor:
+        """Env actions (..., A) -> bound-normalised units."""
+        return (actions.float() - self.center) / self.radius
+
+    def embed_actions(self, actions: Tensor, mask: Tensor) -> Tensor:
+        """(B, K, A) env actions -> (B, K, D); padded slots embed zeros."""
+        return self.embed(self.unit(actions) * mask.unsqueeze(-1))
+
+    def forward(self, h: Tensor) -> Tensor:
+        """(..., in_dim) -> actions (..., A) in env units."""
+        return self.center + self.radius * self.squash(self.head(h))
+
+    def loss(self, pred: Tensor, actions: Tensor, mask: Tensor) -> tuple[Tensor, dict]:
+        """Squared error in bound-normalised units over real steps (DT's MSE)."""
+        return dt_action_loss(self.unit(pred), self.unit(actions), mask, "continuous")
+
+    def select(self, pred: Tensor, deterministic: bool) -> Tensor:
+        """Env actions (N, *shape): DT regresses a point estimate, so always the prediction."""
+        return pred.reshape(pred.shape[0], *self.shape)
+
+    def blank(self, n: int, device: torch.device) -> Tensor:
+        """Placeholder action (N, A) for the step being predicted."""
+        return self.center.expand(n, self.dim_a).clone()
+
+
+def build_actions(
+    space: spaces.Space, dim: int, in_dim: int, tanh: bool
+) -> DiscreteActions | ContinuousActions:
+    """The action embedding + head for a Discrete or Box action space."""
+    if isinstance(space, spaces.Discrete):
+        return DiscreteActions(space, dim, in_dim)
+    if isinstance(space, spaces.Box):
+        return ContinuousActions(space, dim, in_dim, tanh)
+    raise ValueError(f"unsupported action space {space!r}; supported: ['Box', 'Discrete']")

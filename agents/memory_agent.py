@@ -3,16 +3,16 @@
 One recipe serves every backbone (GTrXL, TrXL, TrXL-I, the Universal
 Transformer with ACT, LSTM/GRU, the MLP control): the backbone is picked once
 at build time from ``backbone=`` and hides its memory behind the interface of
-:mod:`rltrans.backbones.rnn`.
+:mod:`rltrans.backbones.base`.
 
-Return signatures: every backbone's ``forward`` and ``step`` return ``(h,
-memory)`` first; a backbone with ``returns_aux = True`` (the Universal
-Transformer) appends a dict of per-token ACT outputs (ponder cost, halting
-steps, ...). Acting reads the first two elements of either; training turns
-the optional third into loss terms and statistics with a function picked once
-at build time, so ``act`` and ``evaluate`` hold no branch on the backbone kind.
+Every backbone's ``forward`` returns a ``BackboneOutput(hidden, memory, aux)`` and its
+``step`` a ``StepOutput(hidden, state, aux)``; ``aux`` is empty except for a backbone that
+declares ``ponders`` (the Universal Transformer: ACT's ponder cost, halting steps, ...).
+Training turns ``aux`` into loss terms and statistics with a function picked once at build
+time from that flag, and acting takes the compiled path where the backbone declares
+``pure_step``, so ``act`` and ``evaluate`` hold no branch on the backbone kind.
 
-Agent interface (ARCHITECTURE.md): ``initial_state(num_envs)``,
+Agent interface: ``initial_state(num_envs)``, ``refresh_state(state)``,
 ``act(obs, state, done) -> (ActOutput, state)``, ``evaluate(segment) ->
 (log_prob, entropy, value, aux)``. ``aux`` follows the learner's convention
 (:class:`rltrans.learner.PPOLearner`): ``loss_*`` entries are added to the
@@ -29,42 +29,54 @@ from typing import Any, Literal, get_args
 import gymnasium as gym
 import numpy as np
 import torch
-from rltrans.agents.encoders import build_encoder, layer_init
-from rltrans.agents.heads import build_action_head
 from torch import Tensor, nn
 
-from rltrans.backbones.gtrxl import PRESETS, TransformerStack
+from rltrans.agents.encoders import build_encoder, layer_init
+from rltrans.agents.heads import build_action_head
+from rltrans.backbones.base import Backbone
+from rltrans.backbones.gtrxl import PRESETS, TransformerStack, preset_config
 from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
 from rltrans.backbones.universal import UniversalTransformer
 from rltrans.compiling import AheadOfTime
 from rltrans.core.attention import check_choice
+from rltrans.core.block import BlockConfig
 from rltrans.types import ActOutput, Aux, Segment, Tree, tree_map
 
 BackboneName = Literal["gtrxl", "trxl", "trxl_i", "universal", "lstm", "gru", "mlp"]
 BACKBONES: tuple[str, ...] = get_args(BackboneName)
 DEFAULT_LAYERS = 3  # Y of the stacked backbones when ``layers`` is not given
 DEFAULT_TAU = 0.01  # ponder-cost weight (the Universal Transformer's act_loss_weight)
+# Options of the Universal Transformer beyond its BlockConfig (its depth loop and halting).
+UNIVERSAL_OPTIONS = ("max_steps", "halting", "act_epsilon", "halting_bias", "coordinate_scale")
 
 
 def build_backbone(
     name: BackboneName, dim: int, layers: int | None, heads: int, memory: int, **kw: Any
-) -> nn.Module:
-    """The backbone module for a name; transformer options (position, gate, ...) go in kw.
+) -> Backbone:
+    """The backbone module for a name; BlockConfig options (position, gate, ...) and the
+    Universal Transformer's halting options go in kw.
 
     ``universal`` takes no ``layers``: one shared block is applied up to
     ``max_steps`` times (Dehghani et al. 2019), so ``max_steps`` is its depth.
     """
     check_choice("backbone", name, BACKBONES)
+    block, rest = BlockConfig.split(kw)
     if name == "universal":
         if layers is not None:
             raise ValueError(
                 "backbone 'universal' has no layers: one shared block is applied up to "
                 "max_steps times; set max_steps instead"
             )
-        return UniversalTransformer(dim, heads, memory=memory, **kw)
+        unknown = sorted(set(rest) - set(UNIVERSAL_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown options {unknown} for backbone 'universal'")
+        config = BlockConfig(dim=dim, heads=heads, **block)  # defaults: a GTrXL block
+        return UniversalTransformer(config, memory=memory, **rest)
     layers = DEFAULT_LAYERS if layers is None else layers
     if name in PRESETS:
-        return TransformerStack.preset(name, dim, layers, heads, memory=memory, **kw)
+        if rest:
+            raise ValueError(f"options {sorted(rest)} do not apply to backbone {name!r}")
+        return TransformerStack(preset_config(name, dim, heads, **block), layers, memory=memory)
     if kw:
         raise ValueError(f"options {sorted(kw)} only apply to transformer backbones, not {name!r}")
     if name in ("lstm", "gru"):
@@ -113,7 +125,7 @@ class NoNorm(nn.Module):
         """Nothing to track."""
 
 
-def no_aux() -> Aux:
+def no_aux(aux: Aux) -> Aux:
     """Training aux of a backbone without auxiliary outputs: nothing to add or log."""
     return {}
 
@@ -188,10 +200,10 @@ class MemoryAgent(nn.Module):
         self.policy = build_action_head(action_space, dim)
         self.value = layer_init(nn.Linear(dim, 1), gain=1.0)
         self.compiled_act: Callable | None = None  # act_outputs compiled (compile_step)
-        # What evaluate() makes of the backbone's optional third output, chosen once here
-        # (STYLE 3); module-level functions and partials keep the agent picklable.
-        self.training_aux: Callable[..., Aux] = no_aux
-        if getattr(self.backbone, "returns_aux", False):
+        # What evaluate() makes of the backbone's aux, chosen once here from its declared
+        # capability; module-level functions and partials keep the agent picklable.
+        self.training_aux: Callable[[Aux], Aux] = no_aux
+        if self.backbone.ponders:
             tau = DEFAULT_TAU if tau is None else tau
             if tau < 0:
                 raise ValueError(f"tau (ponder-cost weight) must be >= 0, got {tau}")
@@ -206,7 +218,7 @@ class MemoryAgent(nn.Module):
         where the backbone's step is a pure function (the transformer stacks), ahead of time
         at the first call (``rltrans.compiling.AheadOfTime``); the state work around it stays
         eager. Returns whether it did."""
-        if not hasattr(self.backbone, "step_outputs"):
+        if not self.backbone.pure_step:
             return False
         self.compiled_act = AheadOfTime(self.act_outputs, self)
         return True
@@ -245,7 +257,8 @@ class MemoryAgent(nn.Module):
 
     def refresh_state(self, state: Tree) -> Tree:
         """The acting state made consistent with the current weights (re-projected key/value
-        cache; see ``WindowedMemory.refresh_state``): call after the weights changed."""
+        cache and per-step contexts; see ``WindowedMemory.refresh_state``): call after the
+        weights changed (the runtime does at the start of every rollout)."""
         return self.backbone.refresh_state(state)
 
     def state_to_memory(self, state: Tree) -> Tree:
@@ -263,7 +276,7 @@ class MemoryAgent(nn.Module):
             action, log_prob, value, *cache = self.compiled_act(obs, mode, *inputs)
             out = ActOutput(action, self.policy.env_action_tensor(action), log_prob, value)
             return out, self.backbone.step_end(state, *cache)
-        h, state = self.backbone.step(self.encode(obs), state, done)[:2]  # aux, if any, unused
+        h, state, _ = self.backbone.step(self.encode(obs), state, done)  # aux: unused here
         dist = self.policy(h)
         action = dist.mode() if deterministic else dist.sample()
         env_action = self.policy.env_action_tensor(action)
@@ -283,15 +296,12 @@ class MemoryAgent(nn.Module):
             _, inputs = self.backbone.step_begin(state, None, self.value.weight.dtype)
             mode = torch.tensor(True, device=self.value.weight.device)
             return self.compiled_act(obs, mode, *inputs)[2]
-        h = self.backbone.step(self.encode(obs), tree_map(torch.clone, state), None)[0]
+        h = self.backbone.step(self.encode(obs), tree_map(torch.clone, state), None).hidden
         return self.value(h)[..., 0]
 
     def evaluate(self, segment: Segment) -> tuple[Tensor, Tensor, Tensor, Aux]:
         """Recompute log-probs, entropies and values (B, L) of stored segments, plus aux."""
-        # (h, memory) or (h, memory, aux): ``extra`` holds the aux dict where there is one.
-        h, _, *extra = self.backbone(
-            self.encode(segment.obs), segment.memory, starts=segment.starts
-        )
-        dist = self.policy(h)
-        aux = self.training_aux(*extra)
-        return dist.log_prob(segment.actions), dist.entropy(), self.value(h)[..., 0], aux
+        out = self.backbone(self.encode(segment.obs), segment.memory, starts=segment.starts)
+        dist = self.policy(out.hidden)
+        aux = self.training_aux(out.aux)
+        return dist.log_prob(segment.actions), dist.entropy(), self.value(out.hidden)[..., 0], aux

@@ -33,10 +33,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from rltrans.agents.dt import DecisionTransformer
-from rltrans.envs.offline import Episode, OfflineDataset
 
+from rltrans.agents.dt import build_decision_transformer
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryBuffer, TrajectoryStats
+from rltrans.envs.offline import Episode, OfflineDataset
 
 STATE_DIM, ACT_DIM, MAX_EP_LEN = 11, 3, 1000  # Hopper-v3 sizes, as in the paper's Gym runs
 CLOCK = time.process_time  # CPU: this process's CPU time; CUDA runs switch to wall time
@@ -94,7 +94,7 @@ def rltrans_runner(args, device, name: str = "rltrans", **options) -> Runner:
     obs = gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
     act = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
     stats = TrajectoryStats(torch.zeros(STATE_DIM), torch.ones(STATE_DIM), 1000.0, MAX_EP_LEN)
-    model = DecisionTransformer(
+    model = build_decision_transformer(
         obs,
         act,
         dim=128,

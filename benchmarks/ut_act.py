@@ -39,8 +39,8 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 import torch
-from rltrans.agents.memory_agent import MemoryAgent
 
+from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.types import Segment
 
 OBS = gym.spaces.Box(-1.0, 1.0, (8,), np.float32)
@@ -136,9 +136,8 @@ def timing_table(title: str, fns: dict[str, Callable[[], object]], agents, repea
 @torch.no_grad()
 def ponder_by_phase(run_dir: str, episodes: int) -> None:
     """Halting steps N per token of a trained ut_act policy, by episode phase."""
-    from rltrans.envs import make_env
-
     from rltrans import load_policy
+    from rltrans.envs import make_env
 
     policy = load_policy(run_dir)
     agent = policy.agent

@@ -16,10 +16,12 @@ Two tools, for two kinds of work:
   3 x 128 GTrXL acting step (16 envs, M=64, rounds interleaved): 0.73x the time of the
   ``torch.compile``d step. The module's parameters and buffers are inputs of the compiled
   program, fetched at every call, so optimiser updates and ``load_state_dict`` need no
-  recompilation. Compiled programs are kept in Inductor's cache folder (``rltrans-aoti/``
-  under ``TORCHINDUCTOR_CACHE_DIR``, default ``/tmp/torchinductor_<user>``), keyed by the
-  exported graph (every op, shape, dtype and literal), torch's version and the CPU's
-  instruction set, so a later run with the same model skips the ~15-30 s of C++ compilation.
+  recompilation; so are the per-step contexts derived from the weights (xl's W_kR R), which
+  the acting state carries (rebuilt by ``refresh_state``), never constants of the program.
+  Compiled programs are kept in Inductor's cache folder (``rltrans-aoti/`` under
+  ``TORCHINDUCTOR_CACHE_DIR``, default ``/tmp/torchinductor_<user>``), keyed by the exported
+  graph (every op, shape, dtype and literal), torch's version and the CPU's instruction set,
+  so a later run with the same model skips the ~15-30 s of C++ compilation.
 """
 
 from __future__ import annotations

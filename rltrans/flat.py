@@ -6,12 +6,10 @@ and AdamW took 1.1-1.7 ms per minibatch at 4 layers x 64 (``benchmarks/throughpu
 setup, ~13 ms per minibatch) against 0.3-0.4 ms over one flat tensor, where each is one op;
 a whole compiled PPO update took 0.94x the time (interleaved runs).
 
-Each parameter is re-created as a view of the flat parameter (via ``detach``, so it shares
-the flat tensor's version counter: one bump of the flat parameter, which the learner does
-after each fused AdamW step, reaches every parameter's ``_version``, which memoised
-projections key on), and its ``.grad`` is a view of the flat gradient, which
-autograd accumulates into in place. Parameter offsets are aligned to 64 bytes, so every view
-starts where vectorised kernels want it.
+Each parameter is re-created as a view of the flat parameter (via ``detach``: the optimizer
+updates the flat tensor in place and every parameter sees the update), and its ``.grad`` is a
+view of the flat gradient, which autograd accumulates into in place. Parameter offsets are
+aligned to 64 bytes, so every view starts where vectorised kernels want it.
 """
 
 from __future__ import annotations

@@ -92,11 +92,6 @@ class Learner:
             raise NonFiniteLossError(f"gradient norm is {norm.item()}; stopping")
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        # Fused AdamW writes the parameters without bumping their version counters, and
-        # memoised projections (xl's W_kR R while acting) key on them: bump them here. Flat
-        # parameters' views share the flat parameter's counter, so one bump reaches all.
-        for p in self.params:  # one call with flat parameters
-            torch.autograd.graph.increment_version(p)
         return norm
 
     def end_update(self) -> None:

@@ -1,13 +1,15 @@
 """Per-env memory of transformer policies, as explicit tensors.
 
-Two forms, both plain data (STYLE 7: no hidden ``self.memory`` in modules):
+Two forms, both plain data (no hidden ``self.memory`` in modules):
 
 * :class:`Memory` is what the learner receives: for each training sequence the
   M layer inputs that precede it, per layer, with a validity mask. It is stored
   once per training segment, never per step.
 * :class:`MemoryState` is what an acting loop carries: the same window plus a
   key/value cache, laid out as a double ring buffer of 2M slots so that one
-  step writes O(1) slots and reads the last M steps, in time order, as a view.
+  step writes O(1) slots and reads the last M steps, in time order, as a view,
+  and the per-step contexts the attention schemes derive from the weights alone
+  (Transformer-XL's W_kR R, rotary's cos/sin tables).
 
 Ring layout: before step t the cursor c = t mod M and slots [c, c + M) hold
 steps t - M .. t - 1 in order: the window the step attends over, read in place
@@ -19,7 +21,7 @@ while acting.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -59,7 +61,10 @@ class MemoryState(NamedTuple):
     """Acting-time memory of N envs with a key/value cache (see the module docstring).
 
     hidden: (Y, N, 2M, D) layer inputs;  keys, values: (Y, N, H, 2M, D/H) cache;
-    valid: (N, 2M) bool;  time: (N,) long steps since episode start;  cursor: t mod M.
+    valid: (N, 2M) bool;  time: (N,) long steps since episode start;  cursor: t mod M;
+    contexts: one ``step_context`` per attention block (its scheme's constants for a window
+    of M steps, e.g. xl's W_kR R (H, M+1, D/H)), derived from the weights when the state is
+    created or refreshed (:meth:`WindowedMemory.refresh_state`), not per env.
     """
 
     hidden: Tensor
@@ -68,6 +73,7 @@ class MemoryState(NamedTuple):
     valid: Tensor
     time: Tensor
     cursor: int
+    contexts: tuple[Any, ...] = ()
 
     @staticmethod
     def empty(
@@ -176,6 +182,10 @@ class WindowedMemory:
     dim: int
     heads: int
 
+    def step_contexts(self, device: torch.device, dtype: torch.dtype) -> tuple[Any, ...]:
+        """The per-step contexts of the attention blocks for a window of M steps."""
+        raise NotImplementedError  # pragma: no cover - defined by the stacks
+
     def empty_memory(self, batch: int, device=None, dtype=None) -> Memory:
         """All-invalid training memory for ``batch`` sequences."""
         return Memory.empty(self.memory_slots, batch, self.memory, self.dim, device, dtype)
@@ -185,7 +195,9 @@ class WindowedMemory:
         if self.memory < 1:
             raise ValueError("acting with a cache needs memory >= 1")
         sizes = (self.memory_slots, envs, self.memory, self.dim, self.heads)
-        return MemoryState.empty(*sizes, device, dtype)
+        state = MemoryState.empty(*sizes, device, dtype)
+        with torch.no_grad():
+            return state._replace(contexts=self.step_contexts(state.keys.device, state.keys.dtype))
 
     def state_to_memory(self, state: MemoryState) -> Memory:
         """Copy the acting window out as the training memory of a segment that starts now."""
@@ -197,18 +209,20 @@ class WindowedMemory:
 
     @torch.no_grad()
     def refresh_state(self, state: MemoryState) -> MemoryState:
-        """Re-project the cached keys/values from the cached inputs with the current weights.
+        """Re-derive from the current weights everything the acting state caches: the
+        keys/values (from the cached inputs) and the per-step contexts.
 
         The cache holds keys/values computed when each step was acted; after a weight update
         the learner replays the same stored inputs with the new weights, so without this the
-        first M steps of the next rollout would attend to stale keys and the PPO ratio there
-        would start away from 1 (invariant 5). Called at the start of every rollout.
+        first M steps of the next rollout would attend to stale keys (and every step to a
+        stale W_kR R), and the PPO ratio would start away from 1. The runtime calls this at
+        the start of every rollout; nothing else notices a weight change.
         """
         for i, block in enumerate(self.memory_blocks()):
             k, v = block.memory_kv(state.hidden[i])  # (N, H, 2M, D/H) each
             state.keys[i].copy_(k)
             state.values[i].copy_(v)
-        return state
+        return state._replace(contexts=self.step_contexts(state.keys.device, state.keys.dtype))
 
     def segment_context(
         self,

@@ -6,17 +6,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from rltrans.agents.memory_agent import MemoryAgent
-from rltrans.envs import make_env
 from torch import nn
 
 import rltrans.compiling
-from rltrans.actors import LocalActor
+from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.compiling import AheadOfTime, _load, _package_path
 from rltrans.config import load_config
+from rltrans.envs import make_env
 from rltrans.learner import PPOLearner
-from rltrans.train import build_agent
+from rltrans.registry import build_agent
+from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
 from tests.agents.test_memory_agent import PPO
 from tests.test_train import TINY, summary_line
@@ -81,6 +81,33 @@ def test_compiled_sampling_follows_the_policy(compiled_pair):
             counts[torch.arange(5), action] += 1
             torch.testing.assert_close(log_prob, probs.log().gather(1, action[:, None])[:, 0])
     torch.testing.assert_close(counts / 2000, probs, rtol=0, atol=0.05)
+
+
+def test_compiled_act_takes_the_contexts_of_the_state_after_a_weight_change(compiled_pair):
+    """The per-step contexts (xl's W_kR R) are inputs of the compiled program, carried in the
+    state: after an in-place update of W_kR and refresh_state, the compiled step equals the
+    eager one; with the state from before the refresh it acts on the old contexts."""
+    eager, fast = (copy.deepcopy(agent) for agent in compiled_pair)
+    assert fast.compile_step()  # the program is in the cache folder already: loaded, not built
+    torch.manual_seed(3)
+    obs, done = torch.randn(4, 5, 3), torch.ones(5, dtype=torch.bool)
+    s_eager, s_fast = eager.initial_state(5), fast.initial_state(5)
+    for o in obs:
+        _, s_eager = eager.act(o, s_eager, done, deterministic=True)
+        _, s_fast = fast.act(o, s_fast, done, deterministic=True)
+        done = torch.zeros(5, dtype=torch.bool)
+    with torch.no_grad():
+        for agent in (eager, fast):
+            for block in agent.backbone.blocks:
+                block.attn.scheme.r_proj.weight.mul_(-3.0)
+    stale = copy.deepcopy(s_fast)
+    s_eager, s_fast = eager.refresh_state(s_eager), fast.refresh_state(s_fast)
+    out_eager, _ = eager.act(obs[0], s_eager, done, deterministic=True)
+    out_fast, _ = fast.act(obs[0], s_fast, done, deterministic=True)
+    out_stale, _ = fast.act(obs[0], stale, done, deterministic=True)
+    torch.testing.assert_close(out_fast.value, out_eager.value, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out_fast.log_prob, out_eager.log_prob, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(out_stale.value, out_eager.value, rtol=1e-4, atol=1e-4)
 
 
 def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape(tmp_path, monkeypatch):
@@ -162,7 +189,7 @@ def test_compiled_ppo_update_equals_eager_update():
     cfg = load_config([*TINY, "agent.layers=2"])
     envs = make_env(cfg.env, seed=0)
     torch.manual_seed(0)
-    agent = build_agent(cfg, envs.single_observation_space, envs.single_action_space, "cpu")
+    agent = build_agent(cfg.agent, envs.single_observation_space, envs.single_action_space)
     buffer = RolloutBuffer(cfg.algo.num_steps, envs.num_envs, cfg.algo.segment_length, "cpu")
     actor = LocalActor(envs, agent, seed=0, device="cpu")
     actor.collect(buffer)

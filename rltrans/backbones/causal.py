@@ -31,21 +31,40 @@ state tokens) skip the last layer's work everywhere else.
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from torch import nn
 
 from rltrans.backbones.gtrxl import TransformerStack
-from rltrans.core.attention import Kernel, check_choice
-from rltrans.core.block import FFActivation, NormPlacement, SublayerActivation
-from rltrans.core.gates import GateName
-from rltrans.core.position import PositionName
+from rltrans.core.attention import check_choice
+from rltrans.core.block import BlockConfig
 
-__all__ = ["INITS", "Init", "causal_stack", "gpt2_init_"]
+__all__ = ["INITS", "Init", "causal_stack", "gpt2_config", "gpt2_init_"]
 
 Init = Literal["gpt2", "torch"]
 INITS: tuple[str, ...] = get_args(Init)
 GPT2_INIT_STD = 0.02  # GPT-2's initializer_range
+# GPT-2's block as DT uses it (the module table); dropout 0.1 on attention and residuals.
+GPT2_OPTIONS: dict[str, Any] = {
+    "position": "none",
+    "gate": "residual",
+    "norm": "pre",
+    "sublayer_activation": "none",
+    "ff_activation": "gelu",
+    "dropout": 0.1,
+    "attn_dropout": 0.1,
+}
+
+
+def gpt2_config(dim: int, heads: int, **overrides: Any) -> BlockConfig:
+    """The BlockConfig of GPT-2's block as DT uses it; overrides change one part of it.
+
+    DT sets GPT-2's attn_pdrop and resid_pdrop to the same value, so an overridden
+    ``dropout`` also sets ``attn_dropout`` unless that is given too.
+    """
+    if "dropout" in overrides and "attn_dropout" not in overrides:
+        overrides["attn_dropout"] = overrides["dropout"]
+    return BlockConfig(dim=dim, heads=heads, **{**GPT2_OPTIONS, **overrides})
 
 
 def gpt2_init_(stack: TransformerStack) -> TransformerStack:
@@ -76,57 +95,22 @@ def gpt2_init_(stack: TransformerStack) -> TransformerStack:
     return stack
 
 
-def causal_stack(
-    dim: int,
-    layers: int,
-    heads: int,
-    *,
-    position: PositionName = "none",
-    gate: GateName = "residual",
-    norm: NormPlacement = "pre",
-    sublayer_activation: SublayerActivation = "none",
-    ff_mult: int = 4,
-    ff_activation: FFActivation = "gelu",
-    dropout: float = 0.1,
-    attn_dropout: float | None = None,
-    kernel: Kernel = "sdpa",
-    max_len: int = 1024,
-    init: Init = "gpt2",
-    shaw_max_distance: int = 16,
-    gate_bias: float = 2.0,
-) -> TransformerStack:
-    """A causal `TransformerStack` (memory 0) whose defaults are GPT-2 as DT uses it.
+def causal_stack(config: BlockConfig, layers: int, *, init: Init = "gpt2") -> TransformerStack:
+    """A causal `TransformerStack` without memory, GPT-2 initialised unless ``init="torch"``.
 
-    ``attn_dropout`` defaults to ``dropout`` (DT sets GPT-2's attn_pdrop and resid_pdrop to the
-    same value). ``max_len`` bounds absolute positions (``learned``), in tokens: a DT context
-    of K steps is 3K tokens. ``init="gpt2"`` applies :func:`gpt2_init_`, ``"torch"`` keeps
-    PyTorch's defaults. Other options change one part of GPT-2 (see the module table).
+    ``config`` is usually :func:`gpt2_config` (GPT-2 as DT uses it); its ``max_len`` bounds
+    absolute positions (``learned``) in tokens: a DT context of K steps is 3K tokens.
+    ``init="gpt2"`` applies :func:`gpt2_init_`, ``"torch"`` keeps PyTorch's defaults.
 
     Example:
         >>> import torch
-        >>> stack = causal_stack(dim=64, layers=2, heads=1)
-        >>> y, _ = stack(torch.randn(4, 30, 64), key_padding=torch.ones(4, 30, dtype=torch.bool))
-        >>> y.shape
+        >>> stack = causal_stack(gpt2_config(dim=64, heads=1), layers=2)
+        >>> key_padding = torch.ones(4, 30, dtype=torch.bool)
+        >>> stack(torch.randn(4, 30, 64), key_padding=key_padding).hidden.shape
         torch.Size([4, 30, 64])
     """
     check_choice("init", init, INITS)
-    stack = TransformerStack(
-        dim,
-        layers,
-        heads,
-        memory=0,
-        position=position,
-        gate=gate,
-        norm=norm,
-        sublayer_activation=sublayer_activation,
-        ff_mult=ff_mult,
-        ff_activation=ff_activation,
-        dropout=dropout,
-        attn_dropout=dropout if attn_dropout is None else attn_dropout,
-        gate_bias=gate_bias,
-        kernel=kernel,
-        causal=True,
-        max_len=max_len,
-        shaw_max_distance=shaw_max_distance,
-    )
+    if not config.causal:
+        raise ValueError("causal_stack needs BlockConfig.causal=True")
+    stack = TransformerStack(config, layers, memory=0)
     return gpt2_init_(stack) if init == "gpt2" else stack

@@ -22,15 +22,14 @@ cache in :class:`rltrans.memory.MemoryState` gives the same outputs again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from rltrans.core.attention import Kernel
-from rltrans.core.block import FFActivation, NormPlacement, SublayerActivation, build_block
-from rltrans.core.gates import GateName
-from rltrans.core.position import PositionName, build_input_position
+from rltrans.backbones.base import BackboneOutput, StepOutput
+from rltrans.core.block import BlockConfig, build_block
+from rltrans.core.position import build_input_position
 from rltrans.memory import (
     Memory,
     MemoryState,
@@ -46,80 +45,43 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class TransformerStack(WindowedMemory, nn.Module):
-    """A stack of Y TransformerBlocks with optional segment memory of M steps.
+def preset_config(name: str, dim: int, heads: int, **overrides: Any) -> BlockConfig:
+    """The BlockConfig of ``gtrxl``, ``trxl`` or ``trxl_i``; overrides change its options."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid choices: {', '.join(PRESETS)}")
+    return BlockConfig(dim=dim, heads=heads, **{**PRESETS[name], **overrides})
 
-    >>> stack = TransformerStack(dim=32, layers=2, heads=4, memory=8)
+
+class TransformerStack(WindowedMemory, nn.Module):
+    """A stack of Y TransformerBlocks, all built from one BlockConfig, with optional segment
+    memory of M steps.
+
+    >>> stack = TransformerStack(BlockConfig(dim=32, heads=4), layers=2, memory=8)
     >>> mem = stack.empty_memory(batch=3)
-    >>> y, mem = stack(torch.randn(3, 5, 32), mem)
-    >>> y.shape, mem.hidden.shape
+    >>> out = stack(torch.randn(3, 5, 32), mem)
+    >>> out.hidden.shape, out.memory.hidden.shape
     (torch.Size([3, 5, 32]), torch.Size([3, 2, 8, 32]))
     """
 
-    def __init__(
-        self,
-        dim: int,
-        layers: int,
-        heads: int,
-        *,
-        memory: int = 0,
-        position: PositionName = "xl",
-        gate: GateName = "gru",
-        norm: NormPlacement = "pre",
-        sublayer_activation: SublayerActivation = "relu",
-        ff_mult: int = 4,
-        ff_activation: FFActivation = "gelu",
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        gate_bias: float = 2.0,
-        kernel: Kernel = "sdpa",
-        causal: bool = True,
-        max_len: int = 1024,
-        shaw_max_distance: int = 16,
-    ) -> None:
+    pure_step: ClassVar[bool] = True  # step_begin / step_outputs / step_end
+    ponders: ClassVar[bool] = False
+    selects_outputs: ClassVar[bool] = True  # forward(outputs=...)
+
+    def __init__(self, config: BlockConfig, layers: int, *, memory: int = 0) -> None:
         super().__init__()
         if memory < 0:
             raise ValueError(f"memory must be >= 0, got {memory}")
-        self.dim, self.layers, self.heads, self.memory, self.causal = (
-            dim,
-            layers,
-            heads,
-            memory,
-            causal,
+        self.config, self.layers, self.memory = config, layers, memory
+        self.dim, self.heads, self.causal = config.dim, config.heads, config.causal
+        self.input_position = build_input_position(
+            config.position, config.dim, max_len=config.max_len
         )
-        self.input_position = build_input_position(position, dim, max_len=max_len)
         # Queries may be cut to the wanted outputs in the last layer only where a query's
         # position does not enter the attention scores.
-        self.position_free_queries = position in ("none", "sinusoidal", "learned")
-        self.blocks = nn.ModuleList(
-            build_block(
-                dim,
-                heads,
-                norm=norm,
-                position=position,
-                gate=gate,
-                sublayer_activation=sublayer_activation,
-                ff_mult=ff_mult,
-                ff_activation=ff_activation,
-                dropout=dropout,
-                attn_dropout=attn_dropout,
-                gate_bias=gate_bias,
-                kernel=kernel,
-                shaw_max_distance=shaw_max_distance,
-            )
-            for _ in range(layers)
-        )
+        self.position_free_queries = config.position in ("none", "sinusoidal", "learned")
+        self.blocks = nn.ModuleList(build_block(config) for _ in range(layers))
         # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm (GPT-2's ln_f).
-        self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
-
-    @classmethod
-    def preset(
-        cls, name: str, dim: int, layers: int, heads: int, **kwargs: Any
-    ) -> TransformerStack:
-        """Build ``gtrxl``, ``trxl`` or ``trxl_i``; kwargs override the preset's options."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; valid choices: {', '.join(PRESETS)}")
-        return cls(dim, layers, heads, **{**PRESETS[name], **kwargs})
+        self.final_norm = nn.LayerNorm(config.dim) if config.norm == "pre" else nn.Identity()
 
     @property
     def memory_slots(self) -> int:
@@ -145,7 +107,7 @@ class TransformerStack(WindowedMemory, nn.Module):
         key_padding: Tensor | None = None,
         positions: Tensor | None = None,
         outputs: slice | None = None,
-    ) -> tuple[Tensor, Memory | None]:
+    ) -> BackboneOutput:
         """Run a segment x (B, L, D) after ``memory``; return outputs and the next memory.
 
         starts (B, L) bool: True where a new episode begins (memory and earlier
@@ -180,15 +142,13 @@ class TransformerStack(WindowedMemory, nn.Module):
             h = h[:, outputs]
         out = self.final_norm(h)
         if memory is None:
-            return out, None
+            return BackboneOutput(out, None, {})
         hidden = torch.stack(new_hidden, dim=1)  # (B, Y, M, D)
         validity = next_window_validity(memory.valid, starts, positions, self.memory)
-        return out, Memory(hidden, *validity)
+        return BackboneOutput(out, Memory(hidden, *validity), {})
 
     @torch.no_grad()
-    def step(
-        self, x: Tensor, state: MemoryState, done: Tensor | None = None
-    ) -> tuple[Tensor, MemoryState]:
+    def step(self, x: Tensor, state: MemoryState, done: Tensor | None = None) -> StepOutput:
         """Act one step for N envs with the key/value cache: O(M) attention per layer.
 
         x (N, D); done (N,) bool marks envs whose episode starts at this step.
@@ -196,21 +156,26 @@ class TransformerStack(WindowedMemory, nn.Module):
         """
         state, inputs = self.step_begin(state, done, x.dtype)
         out, *cache = self.step_outputs(x, *inputs)
-        return out, self.step_end(state, *cache)
+        return StepOutput(out, self.step_end(state, *cache), {})
+
+    def step_contexts(self, device: torch.device, dtype: torch.dtype) -> tuple[Any, ...]:
+        """Each layer's per-step context for a window of M steps (see ``step_context``)."""
+        return tuple(b.attn.scheme.step_context(self.memory, device, dtype) for b in self.blocks)
 
     def step_begin(
         self, state: MemoryState, done: Tensor | None, dtype: torch.dtype
     ) -> tuple[MemoryState, tuple]:
         """The state work before a step: forget ended episodes, build the mask; returns the
         state and the inputs of :meth:`step_outputs` after x: (time, window_k, window_v, mask,
-        contexts)."""
+        contexts). The contexts are the state's own (built with it or at its last refresh),
+        so a compiled step takes them as inputs."""
+        if len(state.contexts) != len(self.blocks):
+            raise ValueError("the acting state lacks step contexts: build it with initial_state")
         if done is not None:
             state = state.reset_where(done.bool())
         mask = state.step_mask(dtype)  # (N, 1, M+1): the valid window and the query itself
         window_k, window_v = state.windows()  # (Y, N, H, M, D/H) views
-        device = window_k.device
-        contexts = [b.attn.scheme.step_context(self.memory, device, dtype) for b in self.blocks]
-        return state, (state.time, window_k, window_v, mask, contexts)
+        return state, (state.time, window_k, window_v, mask, state.contexts)
 
     def step_end(
         self, state: MemoryState, hidden: Tensor, keys: Tensor, values: Tensor
@@ -226,7 +191,7 @@ class TransformerStack(WindowedMemory, nn.Module):
         window_k: Tensor,
         window_v: Tensor,
         mask: Tensor,
-        contexts: list[Any],
+        contexts: tuple[Any, ...],
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The math of one acting step as a pure function (no writes, so it can be compiled):
         x (N, D) at episode times ``time`` (N,) over the cached windows (Y, N, H, M, D/H).

@@ -1,22 +1,16 @@
-"""Recurrent (LSTM/GRU) and memoryless (MLP) backbones with the TransformerStack interface.
-
-Every backbone offers the same five calls, so agents and learners never ask
-which one they hold:
-
-* ``initial_state(envs, device)`` -> acting state (batch-first tensors),
-* ``step(x (N, D), state, done)`` -> (h (N, D), state), one acting step,
-* ``state_to_memory(state)`` -> a copy of what a training segment needs,
-* ``empty_memory(batch, device)``,
-* ``forward(x (B, L, D), memory, starts=)`` -> (h (B, L, D), next memory).
+"""Recurrent (LSTM/GRU) and memoryless (MLP) backbones with the interface of every backbone
+(:mod:`rltrans.backbones.base`): ``forward`` returns a BackboneOutput and ``step`` a
+StepOutput, both with an empty ``aux``; neither has a pure (compilable) step.
 """
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from rltrans.backbones.base import BackboneOutput, StepOutput
 from rltrans.core.attention import check_choice
 
 CellKind = Literal["lstm", "gru"]
@@ -31,6 +25,10 @@ class RNNState(NamedTuple):
 
 class RNNBackbone(nn.Module):
     """A multi-layer LSTM or GRU whose state resets where a new episode starts."""
+
+    pure_step: ClassVar[bool] = False
+    ponders: ClassVar[bool] = False
+    selects_outputs: ClassVar[bool] = False
 
     def __init__(self, dim: int, layers: int = 1, cell: CellKind = "lstm") -> None:
         super().__init__()
@@ -77,38 +75,41 @@ class RNNBackbone(nn.Module):
 
     def forward(
         self, x: Tensor, memory: RNNState | None = None, *, starts: Tensor | None = None
-    ) -> tuple[Tensor, RNNState]:
+    ) -> BackboneOutput:
         """Run a segment, zeroing the state of a sequence at each episode start."""
         b, length, _ = x.shape
         state = memory if memory is not None else self.empty_memory(b, x.device, x.dtype)
         # Without resets the whole segment runs in one call; a compiled graph cannot branch on
         # data, so there the per-step loop below (the same math) always runs.
         if starts is None or (not torch.compiler.is_compiling() and not bool(starts.any())):
-            return self._run(x, state)
+            return BackboneOutput(*self._run(x, state), {})
         outs = []
         for t in range(length):  # a reset inside the segment: step so the state can be cut there
             keep = (~starts[:, t]).to(x.dtype).view(b, 1, 1)
             y, state = self._run(x[:, t : t + 1], RNNState(state.h * keep, state.c * keep))
             outs.append(y)
-        return torch.cat(outs, dim=1), state
+        return BackboneOutput(torch.cat(outs, dim=1), state, {})
 
     @torch.no_grad()
-    def step(
-        self, x: Tensor, state: RNNState, done: Tensor | None = None
-    ) -> tuple[Tensor, RNNState]:
+    def step(self, x: Tensor, state: RNNState, done: Tensor | None = None) -> StepOutput:
         """One acting step for N envs."""
         if done is not None:
             keep = (~done.bool()).to(x.dtype).view(-1, 1, 1)
             state = RNNState(state.h * keep, state.c * keep)
         y, state = self._run(x.unsqueeze(1), state)
-        return y[:, 0], state
+        return StepOutput(y[:, 0], state, {})
 
 
 class MLPBackbone(nn.Module):
     """Memoryless control: a per-step MLP, same interface as the memory backbones."""
 
+    pure_step: ClassVar[bool] = False
+    ponders: ClassVar[bool] = False
+    selects_outputs: ClassVar[bool] = False
+
     def __init__(self, dim: int, layers: int = 2) -> None:
         super().__init__()
+        self.dim = dim
         blocks: list[nn.Module] = []
         for _ in range(layers):
             blocks += [nn.Linear(dim, dim), nn.Tanh()]
@@ -130,11 +131,13 @@ class MLPBackbone(nn.Module):
         """No memory."""
         return ()
 
-    def forward(self, x: Tensor, memory: tuple = (), *, starts: Tensor | None = None):
+    def forward(
+        self, x: Tensor, memory: tuple = (), *, starts: Tensor | None = None
+    ) -> BackboneOutput:
         """Apply the MLP to every step independently."""
-        return self.net(x), ()
+        return BackboneOutput(self.net(x), (), {})
 
     @torch.no_grad()
-    def step(self, x: Tensor, state: tuple, done: Tensor | None = None) -> tuple[Tensor, tuple]:
+    def step(self, x: Tensor, state: tuple, done: Tensor | None = None) -> StepOutput:
         """One acting step."""
-        return self.net(x), ()
+        return StepOutput(self.net(x), (), {})

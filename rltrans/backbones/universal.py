@@ -40,29 +40,26 @@ state plus P^t. Every depth slot is therefore always filled, memory needs no
 per-depth validity, and keys never depend on how long other tokens pondered
 in a different segment split.
 
-Interface: as TransformerStack (``forward``, ``step``, ``initial_state``,
-``empty_memory``, ``state_to_memory``), except that ``forward`` returns
-``(out, next_memory, aux)`` and ``step`` returns ``(out, state, aux)``. Agents
-read ``aux`` as the optional third element: a dict of tensors with
-``ponder_cost`` (B, L) = N + R (add ``tau * ponder_cost`` to the loss,
-Graves 2016 section 2; it carries the gradient to the halting unit), ``ponder_steps``
-(B, L) = N, ``remainders`` (B, L) = R, ``halt_prob_mean`` (B, L) (mean h over
-the steps a position ran) and ``halting_weights`` (S, B, L). From ``step``
-each is (N,) per env, or (S, N).
+Interface: as every backbone (:mod:`rltrans.backbones.base`), with ``ponders = True``:
+the ``aux`` of ``forward`` and ``step`` is a dict of tensors with ``ponder_cost`` (B, L) =
+N + R (add ``tau * ponder_cost`` to the loss, Graves 2016 section 2; it carries the
+gradient to the halting unit), ``ponder_steps`` (B, L) = N, ``remainders`` (B, L) = R,
+``halt_prob_mean`` (B, L) (mean h over the steps a position ran) and ``halting_weights``
+(S, B, L). From ``step`` each is (N,) per env, or (S, N). Its step writes the cache between
+depth steps, so it is not a pure function (``pure_step = False``).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from rltrans.backbones.base import BackboneOutput, StepOutput
 from rltrans.core.act import ACTOutput, HaltingName, build_halting
-from rltrans.core.attention import Kernel
-from rltrans.core.block import NormPlacement, SublayerActivation, build_block
-from rltrans.core.gates import GateName
-from rltrans.core.position import PositionName, build_input_position, sinusoid
+from rltrans.core.block import BlockConfig, build_block
+from rltrans.core.position import build_input_position, sinusoid
 from rltrans.memory import Memory, MemoryState, WindowedMemory, last_steps, next_window_validity
 
 
@@ -79,29 +76,28 @@ def act_aux(result: ACTOutput) -> dict[str, Tensor]:
 
 
 class UniversalTransformer(WindowedMemory, nn.Module):
-    """One shared TransformerBlock applied up to ``max_steps`` times with ACT halting.
+    """One shared TransformerBlock, built from ``config``, applied up to ``max_steps`` times
+    with ACT halting.
 
-    Block options (position, gate, norm, ...) are those of
-    :func:`rltrans.core.block.build_block`; the defaults make the shared block a
-    GTrXL block. ``halting_bias`` initialises the halting unit (see
-    :class:`rltrans.core.act.AdaptiveHalting`). ``coordinate_scale`` multiplies
-    the coordinate embedding P^t (depth sinusoid and absolute position signal;
-    see the module docstring).
+    The BlockConfig defaults make the shared block a GTrXL block. ``halting_bias``
+    initialises the halting unit (see :class:`rltrans.core.act.AdaptiveHalting`).
+    ``coordinate_scale`` multiplies the coordinate embedding P^t (depth sinusoid and
+    absolute position signal; see the module docstring).
 
-    >>> ut = UniversalTransformer(dim=32, heads=4, max_steps=4, memory=8)
+    >>> ut = UniversalTransformer(BlockConfig(dim=32, heads=4), max_steps=4, memory=8)
     >>> mem = ut.empty_memory(batch=3)
     >>> y, mem, aux = ut(torch.randn(3, 5, 32), mem)
     >>> y.shape, mem.hidden.shape, aux["ponder_cost"].shape
     (torch.Size([3, 5, 32]), torch.Size([3, 4, 8, 32]), torch.Size([3, 5]))
     """
 
-    # forward/step append an aux dict to (out, memory); agents read it as the third element.
-    returns_aux: ClassVar[bool] = True
+    pure_step: ClassVar[bool] = False  # the depth loop writes the cache between depth steps
+    ponders: ClassVar[bool] = True  # aux holds the ACT outputs
+    selects_outputs: ClassVar[bool] = False
 
     def __init__(
         self,
-        dim: int,
-        heads: int,
+        config: BlockConfig,
         *,
         max_steps: int = 6,
         memory: int = 0,
@@ -109,50 +105,26 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         act_epsilon: float = 0.01,
         halting_bias: float = -1.0,
         coordinate_scale: float = 1.0,
-        position: PositionName = "xl",
-        gate: GateName = "gru",
-        norm: NormPlacement = "pre",
-        sublayer_activation: SublayerActivation = "relu",
-        ff_mult: int = 4,
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        gate_bias: float = 2.0,
-        kernel: Kernel = "sdpa",
-        causal: bool = True,
-        max_len: int = 1024,
-        shaw_max_distance: int = 16,
     ) -> None:
         super().__init__()
         if memory < 0:
             raise ValueError(f"memory must be >= 0, got {memory}")
         if coordinate_scale < 0:
             raise ValueError(f"coordinate_scale must be >= 0, got {coordinate_scale}")
-        self.dim, self.heads, self.memory, self.causal = dim, heads, memory, causal
-        self.coordinate_scale = coordinate_scale
+        dim = config.dim
+        self.config, self.memory, self.coordinate_scale = config, memory, coordinate_scale
+        self.dim, self.heads, self.causal = dim, config.heads, config.causal
         self.halting = build_halting(
             halting, dim, max_steps, epsilon=act_epsilon, halting_bias=halting_bias
         )
         self.max_steps = max_steps
-        self.input_position = build_input_position(position, dim, max_len=max_len)
-        self.block = build_block(
-            dim,
-            heads,
-            norm=norm,
-            position=position,
-            gate=gate,
-            sublayer_activation=sublayer_activation,
-            ff_mult=ff_mult,
-            dropout=dropout,
-            attn_dropout=attn_dropout,
-            gate_bias=gate_bias,
-            kernel=kernel,
-            shaw_max_distance=shaw_max_distance,
-        )
+        self.input_position = build_input_position(config.position, dim, max_len=config.max_len)
+        self.block = build_block(config)
         # Depth half of the coordinate embedding, sinusoid(t) for t = 1 .. S (Dehghani §2.1).
         depth = coordinate_scale * sinusoid(torch.arange(1, max_steps + 1), dim)  # (S, D)
         self.register_buffer("depth_signal", depth, persistent=False)
         # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm.
-        self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
+        self.final_norm = nn.LayerNorm(dim) if config.norm == "pre" else nn.Identity()
 
     @property
     def memory_slots(self) -> int:
@@ -162,6 +134,10 @@ class UniversalTransformer(WindowedMemory, nn.Module):
     def memory_blocks(self) -> list:
         """The one shared block reads the cached inputs of every depth step."""
         return [self.block] * self.memory_slots
+
+    def step_contexts(self, device: torch.device, dtype: torch.dtype) -> tuple[Any, ...]:
+        """The shared block's per-step context, used at every depth step."""
+        return (self.block.attn.scheme.step_context(self.memory, device, dtype),)
 
     def coordinates(self, h: Tensor, step: int, position: Tensor | None) -> Tensor:
         """Block input H + P^t at depth ``step`` (0-based): depth sinusoid plus position signal."""
@@ -182,7 +158,7 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         starts: Tensor | None = None,
         key_padding: Tensor | None = None,
         positions: Tensor | None = None,
-    ) -> tuple[Tensor, Memory | None, dict[str, Tensor]]:
+    ) -> BackboneOutput:
         """Run a segment x (B, L, D) after ``memory``; return outputs, next memory and aux.
 
         starts (B, L) bool: True where a new episode begins. key_padding (B, L)
@@ -210,7 +186,7 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         result = self.halting(x, depth_step)
         out, aux = self.final_norm(result.output), act_aux(result)
         if memory is None:
-            return out, None, aux
+            return BackboneOutput(out, None, aux)
         hidden = torch.stack(
             [
                 last_steps(torch.cat([memory.hidden[:, t].detach(), u.detach()], dim=1), m)
@@ -219,12 +195,10 @@ class UniversalTransformer(WindowedMemory, nn.Module):
             dim=1,
         )  # (B, S, M, D)
         valid, time = next_window_validity(memory.valid, starts, positions, self.memory)
-        return out, Memory(hidden, valid, time), aux
+        return BackboneOutput(out, Memory(hidden, valid, time), aux)
 
     @torch.no_grad()
-    def step(
-        self, x: Tensor, state: MemoryState, done: Tensor | None = None
-    ) -> tuple[Tensor, MemoryState, dict[str, Tensor]]:
+    def step(self, x: Tensor, state: MemoryState, done: Tensor | None = None) -> StepOutput:
         """Act one step for N envs with the per-depth key/value cache: O(S M) attention.
 
         x (N, D); done (N,) bool marks envs whose episode starts at this step.
@@ -237,7 +211,7 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         position = self.position_signal(state.time.unsqueeze(1), x.dtype)  # (N, 1, D) | None
 
         window_k, window_v = state.windows()  # (S, N, H, M, D/H) views
-        context = self.block.attn.scheme.step_context(self.memory, x.device, x.dtype)
+        (context,) = state.contexts  # built with the state or at its last refresh
 
         def depth_step(h: Tensor, step: int) -> Tensor:
             u = self.coordinates(h, step, position)[:, 0]  # (N, D)
@@ -247,4 +221,4 @@ class UniversalTransformer(WindowedMemory, nn.Module):
 
         result = self.halting(x.unsqueeze(1), depth_step)
         aux = {name: value[..., 0] for name, value in act_aux(result).items()}
-        return self.final_norm(result.output[:, 0]), state.advance(), aux
+        return StepOutput(self.final_norm(result.output[:, 0]), state.advance(), aux)

@@ -1,4 +1,4 @@
-"""TransformerBlock: norm placement + attention + gate + MLP + gate.
+"""BlockConfig and TransformerBlock: norm placement + attention + gate + MLP + gate.
 
 Two placements, picked once at build time (Parisotto et al. 2019, figure 1):
 
@@ -11,11 +11,18 @@ Two placements, picked once at build time (Parisotto et al. 2019, figure 1):
 Memory enters as keys/values: with pre-norm the memory tokens are normalised
 by the same LayerNorm as the current ones before projection
 (:meth:`TransformerBlock.memory_kv`).
+
+Every transformer option lives in one frozen :class:`BlockConfig`, passed whole to the
+block and to every stack built from blocks (as nanoGPT passes its ``GPTConfig``), so the
+options are declared and validated in one place.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from torch import Tensor, nn
 
@@ -28,10 +35,93 @@ NormPlacement = Literal["pre", "post"]
 NORMS: tuple[str, ...] = get_args(NormPlacement)
 SublayerActivation = Literal["relu", "none"]
 ACTIVATIONS: tuple[str, ...] = get_args(SublayerActivation)
-
-
 FFActivation = Literal["gelu", "relu"]
 FF_ACTIVATIONS: tuple[str, ...] = get_args(FFActivation)
+
+# How a bad choice is named in errors, per BlockConfig field (the field name is added).
+CHOICE_LABELS: dict[str, str] = {
+    "position": "position scheme",
+    "gate": "gate",
+    "norm": "norm placement",
+    "sublayer_activation": "sublayer activation",
+    "ff_activation": "feed-forward activation",
+    "kernel": "attention kernel",
+}
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """The options of a transformer block and of the stacks built from it, validated once.
+
+    dim, heads: model width D and attention heads H (D divisible by H). position: the
+    position scheme (absolute ones are added at a stack's input, relative ones act inside
+    attention; :mod:`rltrans.core.position`). gate, gate_bias: how each sub-layer joins the
+    stream (:mod:`rltrans.core.gates`). norm, sublayer_activation: the placement above.
+    ff_mult, ff_activation: MLP width ff_mult * D and its activation. dropout: on each
+    sub-layer output; attn_dropout: on the attention weights. kernel: ``sdpa`` or ``math``.
+    shaw_max_distance: the clip distance of ``shaw``. max_len: the positions a ``learned``
+    table holds. causal: whether a stack's queries see only earlier keys.
+
+    >>> BlockConfig(dim=64, heads=4, gate="residual").norm
+    'pre'
+    >>> BlockConfig(dim=64, heads=4, norm="middle")
+    Traceback (most recent call last):
+    ...
+    ValueError: BlockConfig.norm: unknown norm placement 'middle'; valid choices: pre, post
+    """
+
+    dim: int
+    heads: int
+    position: PositionName = "xl"
+    gate: GateName = "gru"
+    norm: NormPlacement = "pre"
+    sublayer_activation: SublayerActivation = "relu"
+    ff_mult: int = 4
+    ff_activation: FFActivation = "gelu"
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    gate_bias: float = 2.0
+    kernel: Kernel = "sdpa"
+    shaw_max_distance: int = 16
+    max_len: int = 1024
+    causal: bool = True
+
+    def __post_init__(self) -> None:
+        for name, valid in block_choices().items():
+            value = getattr(self, name)
+            if value not in valid:
+                raise ValueError(
+                    f"BlockConfig.{name}: unknown {CHOICE_LABELS.get(name, name)} {value!r}; "
+                    f"valid choices: {', '.join(valid)}"
+                )
+        for name in ("dim", "heads", "ff_mult", "shaw_max_distance", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"BlockConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dim % self.heads:
+            raise ValueError(
+                f"BlockConfig.dim={self.dim} must be divisible by BlockConfig.heads={self.heads}"
+            )
+        for name in ("dropout", "attn_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"BlockConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+
+    def replace(self, **changes: Any) -> BlockConfig:
+        """A copy with some options changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def split(cls, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Split keyword options into BlockConfig fields and the rest."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        ours = {k: v for k, v in options.items() if k in names}
+        return ours, {k: v for k, v in options.items() if k not in names}
+
+
+@functools.cache
+def block_choices() -> dict[str, tuple[str, ...]]:
+    """The valid values of every ``Literal`` field of BlockConfig, read from its annotations."""
+    hints = get_type_hints(BlockConfig)
+    return {name: get_args(t) for name, t in hints.items() if get_origin(t) is Literal}
 
 
 class FeedForward(nn.Module):
@@ -61,33 +151,22 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """One layer; subclasses fix the norm placement. Build with :func:`build_block`."""
 
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        *,
-        position: PositionName = "xl",
-        gate: GateName = "gru",
-        sublayer_activation: SublayerActivation = "relu",
-        ff_mult: int = 4,
-        ff_activation: FFActivation = "gelu",
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        gate_bias: float = 2.0,
-        kernel: Kernel = "sdpa",
-        shaw_max_distance: int = 16,
-    ) -> None:
+    def __init__(self, config: BlockConfig) -> None:
         super().__init__()
-        check_choice("sublayer activation", sublayer_activation, ACTIVATIONS)
-        scheme = build_attention_position(position, dim, heads, shaw_max_distance=shaw_max_distance)
-        self.attn = MultiHeadAttention(dim, heads, scheme, dropout=attn_dropout, kernel=kernel)
-        self.mlp = FeedForward(dim, ff_mult * dim, ff_activation)
-        self.gate1 = build_gate(gate, dim, gate_bias=gate_bias)
-        self.gate2 = build_gate(gate, dim, gate_bias=gate_bias)
-        self.norm1 = nn.LayerNorm(dim)
-        self.norm2 = nn.LayerNorm(dim)
-        self.drop = Dropout(dropout) if dropout > 0 else nn.Identity()
-        self.act = nn.ReLU() if sublayer_activation == "relu" else nn.Identity()
+        c = config
+        scheme = build_attention_position(
+            c.position, c.dim, c.heads, shaw_max_distance=c.shaw_max_distance
+        )
+        self.attn = MultiHeadAttention(
+            c.dim, c.heads, scheme, dropout=c.attn_dropout, kernel=c.kernel
+        )
+        self.mlp = FeedForward(c.dim, c.ff_mult * c.dim, c.ff_activation)
+        self.gate1 = build_gate(c.gate, c.dim, gate_bias=c.gate_bias)
+        self.gate2 = build_gate(c.gate, c.dim, gate_bias=c.gate_bias)
+        self.norm1 = nn.LayerNorm(c.dim)
+        self.norm2 = nn.LayerNorm(c.dim)
+        self.drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.act = nn.ReLU() if c.sublayer_activation == "relu" else nn.Identity()
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys/values (B, H, M, D/H) of stored layer inputs ``memory`` (B, M, D)."""
@@ -179,8 +258,9 @@ class PostNormBlock(TransformerBlock):
         return self.norm2(self.gate2(x, self.act(self.drop(self.mlp(x))))), k, v
 
 
-def build_block(dim: int, heads: int, *, norm: NormPlacement = "pre", **kwargs) -> TransformerBlock:
-    """A TransformerBlock with the given norm placement; kwargs as TransformerBlock."""
-    check_choice("norm placement", norm, NORMS)
-    cls = PreNormBlock if norm == "pre" else PostNormBlock
-    return cls(dim, heads, **kwargs)
+PLACEMENTS: dict[str, type[TransformerBlock]] = {"pre": PreNormBlock, "post": PostNormBlock}
+
+
+def build_block(config: BlockConfig) -> TransformerBlock:
+    """The TransformerBlock of ``config``, with its norm placement."""
+    return PLACEMENTS[config.norm](config)

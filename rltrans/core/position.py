@@ -117,8 +117,10 @@ class AttentionScheme(nn.Module):
         raise NotImplementedError  # pragma: no cover - every scheme defines it
 
     def step_context(self, window: int, device: torch.device, dtype: torch.dtype) -> Any:
-        """What ``step`` needs that depends on parameters only, computed outside the step (and
-        outside a compiled graph) once per acting step for a window of M steps; None here."""
+        """What ``step`` needs that depends on parameters and the window of M steps only, not
+        on the inputs; None here. Computed when an acting state is created or refreshed after
+        a weight update and carried in that state (an input of a compiled step, never a value
+        cached inside a module)."""
         return None
 
     def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
@@ -325,27 +327,9 @@ class XLAttention(AttentionScheme):
         self.r_proj = nn.Linear(dim, dim, bias=False)  # W_kR
         self.u = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
         self.v = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
-        self._memo: Tensor | None = None  # relative_keys without autograd, see there
-        self._memo_key: tuple | None = None
 
     def relative_keys(self, keys: int, length: int, device: torch.device) -> Tensor:
-        """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L.
-
-        Without autograd (acting) the result is memoised per shape until W_kR changes: it
-        depends on nothing else, and an acting step would otherwise redo a (W, D) x (D, D)
-        matmul per layer. The key holds the weight's version counter, which every in-place
-        update (optimizer step, load_state_dict) bumps.
-        """
-        weight = self.r_proj.weight
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():
-            return self.project_relative(keys, length, device)
-        key = (keys, length, device, weight.dtype, weight.data_ptr(), weight._version)
-        if self._memo_key != key:
-            self._memo, self._memo_key = self.project_relative(keys, length, device), key
-        return self._memo
-
-    def project_relative(self, keys: int, length: int, device: torch.device) -> Tensor:
-        """W_kR R over the descending distances, computed: (H, W, E)."""
+        """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L."""
         # The table is a constant; a compiled graph computes it in place (no lru_cache there).
         cached = not torch.compiler.is_compiling()
         table_of = descending_sinusoid if cached else descending_sinusoid.__wrapped__
@@ -389,7 +373,9 @@ class XLAttention(AttentionScheme):
         return attend(q + self.u, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
 
     def step_context(self, window: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """W_kR R for distances M, M-1, ..., 0: (H, M+1, E), memoised (see relative_keys)."""
+        """W_kR R for distances M, M-1, ..., 0: (H, M+1, E). It depends on W_kR alone, so the
+        acting state carries it (built with the state and at every refresh) instead of every
+        step recomputing a (M+1, D) x (D, D) matmul per layer."""
         return self.relative_keys(window + 1, 1, device)[:, : window + 1].to(dtype)
 
     def step(

@@ -6,9 +6,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from rltrans.agents.dt import BehaviorCloning, DecisionTransformer, DTState
 
-from rltrans.backbones.causal import causal_stack
+from rltrans.agents.dt import (
+    BehaviorCloning,
+    DecisionTransformer,
+    DTState,
+    build_behavior_cloning,
+    build_decision_transformer,
+)
+from rltrans.backbones.causal import causal_stack, gpt2_config
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryStats
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
@@ -25,7 +31,7 @@ STATS = TrajectoryStats(
 
 def make_dt(action_space: gym.Space = DISCRETE, **kw) -> DecisionTransformer:
     kw = {"dim": 16, "layers": 2, "heads": 2, "context": K, "dropout": 0.0, **kw}
-    model = DecisionTransformer(OBS, action_space, stats=STATS, **kw)
+    model = build_decision_transformer(OBS, action_space, stats=STATS, **kw)
     return model.eval()
 
 
@@ -57,7 +63,7 @@ def replace(batch: TrajectoryBatch, **fields) -> TrajectoryBatch:
 
 
 def test_causal_stack_defaults_are_gpt2():
-    stack = causal_stack(dim=16, layers=3, heads=2)
+    stack = causal_stack(gpt2_config(dim=16, heads=2), layers=3)
     assert stack.memory == 0 and stack.causal and stack.input_position is None
     assert isinstance(stack.final_norm, torch.nn.LayerNorm)  # GPT-2's ln_f
     block = stack.blocks[0]
@@ -67,7 +73,7 @@ def test_causal_stack_defaults_are_gpt2():
     assert block.attn.out_proj.weight.std().item() == pytest.approx(0.02 / 6**0.5, rel=0.2)
     assert not block.attn.qkv_proj.bias.any()
     with pytest.raises(ValueError, match="gpt2"):
-        causal_stack(dim=16, layers=1, heads=1, init="xavier")
+        causal_stack(gpt2_config(dim=16, heads=1), layers=1, init="xavier")
 
 
 def test_tokens_interleave_return_state_action_with_timestep():
@@ -186,14 +192,14 @@ def test_stats_live_in_state_dict_and_normalise_states():
     model = make_dt()
     sd = model.state_dict()
     assert torch.equal(sd["state_mean"], STATS.state_mean) and sd["return_scale"].item() == 10.0
-    fresh = DecisionTransformer(
+    fresh = build_decision_transformer(
         OBS, DISCRETE, dim=16, layers=2, heads=2, context=K, dropout=0.0, max_timestep=40
     )
     fresh.load_state_dict(sd)
     batch = random_batch()
     torch.testing.assert_close(fresh.eval()(batch), model(batch))
     # A model without stats on pre-normalised inputs equals the model with stats on raw ones.
-    plain = DecisionTransformer(
+    plain = build_decision_transformer(
         OBS, DISCRETE, dim=16, layers=2, heads=2, context=K, dropout=0.0, max_timestep=40
     ).eval()
     plain.load_state_dict({**sd, "state_mean": torch.zeros(3), "state_std": torch.ones(3)})
@@ -309,10 +315,10 @@ def test_acting_state_layout_and_errors():
 
 def test_bad_spaces_are_named():
     with pytest.raises(ValueError, match="action_tanh"):
-        DecisionTransformer(OBS, gym.spaces.Box(-np.inf, np.inf, (2,)), dim=8, heads=1)
+        build_decision_transformer(OBS, gym.spaces.Box(-np.inf, np.inf, (2,)), dim=8, heads=1)
     with pytest.raises(ValueError, match="supported"):
-        DecisionTransformer(OBS, gym.spaces.MultiBinary(3), dim=8, heads=1)
-    unbounded = DecisionTransformer(
+        build_decision_transformer(OBS, gym.spaces.MultiBinary(3), dim=8, heads=1)
+    unbounded = build_decision_transformer(
         OBS, gym.spaces.Box(-np.inf, np.inf, (2,)), dim=8, heads=1, action_tanh=False
     )
     assert unbounded(random_batch(BOX)).shape == (3, K, 2)
@@ -332,7 +338,9 @@ def test_predict_next_adds_return_and_state_losses():
 
 def test_image_observations_through_the_cnn_encoder():
     space = gym.spaces.Box(0, 255, (4, 8, 8), np.uint8)
-    model = DecisionTransformer(space, gym.spaces.Discrete(3), dim=16, heads=1, context=3).eval()
+    model = build_decision_transformer(
+        space, gym.spaces.Discrete(3), dim=16, heads=1, context=3
+    ).eval()
     state = model.initial_state(2, torch.tensor([1.0, 2.0]))
     frames = np.random.default_rng(0).integers(0, 256, (2, 4, 8, 8), dtype=np.uint8)
     (action, *_), state = model.act(frames, state, np.ones(2, bool))
@@ -360,7 +368,8 @@ def test_overfits_a_few_fixed_windows(space):
 
 
 def make_bc(space: gym.Space = DISCRETE, history: int = 3) -> BehaviorCloning:
-    return BehaviorCloning(OBS, space, dim=16, layers=2, history=history, dropout=0.0, stats=STATS)
+    kw = {"dim": 16, "layers": 2, "history": history, "dropout": 0.0, "stats": STATS}
+    return build_behavior_cloning(OBS, space, **kw)
 
 
 @pytest.mark.parametrize("space", [DISCRETE, BOX], ids=["discrete", "continuous"])
@@ -402,16 +411,15 @@ def test_bc_acting_ignores_target_and_matches_forward():
 def test_cartpole_data_to_vector_env_evaluation_with_per_env_targets():
     """Buffer -> DT loss -> acting in a SAME_STEP vector env, one target per env: after each
     episode end an env restarts from its own target with a one-step context."""
-    from rltrans.envs.minari_data import collect_episodes
-    from rltrans.envs.offline import OfflineDataset
-
     from rltrans.buffers.trajectory import TrajectoryBuffer
+    from rltrans.envs.offline import OfflineDataset
+    from rltrans.runtime.collection import collect_episodes
 
     env = gym.make("CartPole-v1")
     episodes = collect_episodes("CartPole-v1", None, episodes=6, num_envs=2, progress=False)
     ds = OfflineDataset(episodes, env.observation_space, env.action_space)
     buffer = TrajectoryBuffer(ds, context=4)
-    model = DecisionTransformer(
+    model = build_decision_transformer(
         buffer.observation_space, ds.action_space, dim=16, heads=1, context=4, stats=buffer.stats()
     )
     loss, _ = model.loss(buffer.sample(8))
@@ -447,3 +455,34 @@ def test_state_outputs_equal_the_full_forward_at_state_tokens(space):
     model = make_dt(space, layers=3)
     batch = random_batch(space, pad=2)
     torch.testing.assert_close(model.state_outputs(batch), model.hidden(batch)[:, :, 1])
+
+
+# ------------------------------------------------------------------------------ builders
+
+
+def test_the_model_takes_a_built_backbone_and_the_builder_maps_the_knobs():
+    """build_decision_transformer turns dt.yaml's knobs into a BlockConfig and a backbone;
+    the class itself takes the built backbone (any width: the model's is the backbone's)."""
+    model = make_dt(position="learned", gate="gru", norm="post", activation="gelu", kernel="math")
+    config = model.transformer.config
+    assert (config.dim, config.heads, config.position, config.gate) == (16, 2, "learned", "gru")
+    assert (config.norm, config.ff_activation, config.kernel) == ("post", "gelu", "math")
+    assert config.max_len == 3 * K and config.sublayer_activation == "none"
+    assert (config.dropout, config.attn_dropout) == (0.0, 0.0)
+    assert model.prunes_to_states and model.transformer.layers == 2
+    stack = causal_stack(gpt2_config(dim=8, heads=2, max_len=3 * K), layers=1)
+    direct = DecisionTransformer(OBS, DISCRETE, stack, context=K, stats=STATS)
+    assert direct.dim == 8 and direct.transformer is stack
+    assert direct.embed_drop.p == 0.1  # GPT-2's embedding dropout: the backbone's dropout
+    assert direct(random_batch()).shape == (3, K, 4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'layer'"):
+        build_decision_transformer(OBS, DISCRETE, layer=3)
+
+
+def test_the_universal_backbone_gets_the_dt_knobs():
+    model = make_dt(backbone="universal", max_steps=3, activation="relu", coordinate_scale=0.2)
+    ut = model.transformer
+    assert ut.ponders and not model.prunes_to_states
+    assert ut.max_steps == 3 and ut.coordinate_scale == 0.2
+    assert ut.config.ff_activation == "relu" and ut.config.max_len == 3 * K
+    assert isinstance(ut.block.mlp.net[1], torch.nn.ReLU)

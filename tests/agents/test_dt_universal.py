@@ -53,7 +53,8 @@ def test_unknown_dt_backbone_lists_valid_ones():
 
 
 def test_cli_trains_dt_with_universal_backbone(tmp_path, monkeypatch, capsys):
-    from rltrans.envs.minari_data import collect_episodes, write_minari
+    from rltrans.envs.minari_data import write_minari
+    from rltrans.runtime.collection import collect_episodes
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     episodes = collect_episodes("CartPole-v1", None, episodes=6, seed=0, progress=False)

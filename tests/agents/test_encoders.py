@@ -10,6 +10,7 @@ import pytest
 import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
+
 from rltrans.agents.encoders import (
     ContainerEncoder,
     DiscreteEncoder,
@@ -22,7 +23,6 @@ from rltrans.agents.encoders import (
     image_layout,
 )
 from rltrans.envs.gym_vec import make_vector_env
-
 from rltrans.spaces import UnsupportedSpaceError, obs_to_tensor
 
 D = 16

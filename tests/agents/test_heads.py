@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from torch import distributions as td
+
 from rltrans.agents.heads import (
     BernoulliHead,
     CategoricalHead,
@@ -15,7 +17,6 @@ from rltrans.agents.heads import (
     MultiCategoricalHead,
     build_action_head,
 )
-from torch import distributions as td
 
 IN = 8
 LEAD = (3, 5)  # (B, L)

@@ -11,17 +11,18 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from rltrans.agents.memory_agent import MemoryAgent
-from rltrans.envs.torch_envs import make_torch_env
 
 from rltrans import load_policy
-from rltrans.actors import LocalActor
+from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.backbones.universal import UniversalTransformer
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import load_config
+from rltrans.core.block import BlockConfig
 from rltrans.core.position import sinusoid
+from rltrans.envs.torch_envs import make_torch_env
 from rltrans.learner import PPOLearner
-from rltrans.train import build_agent
+from rltrans.registry import build_agent
+from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
 from tests.test_train import TINY
 
@@ -178,6 +179,14 @@ def test_options_that_do_not_apply_fail_loudly(envs):
         MemoryAgent(*spaces, backbone="universal", dim=16, heads=2, memory=4, tau=-1.0)
     with pytest.raises(ValueError, match="unknown backbone 'universe'; valid choices"):
         MemoryAgent(*spaces, backbone="universe", dim=16, heads=2, memory=4)
+    with pytest.raises(ValueError, match=r"options \['max_steps'\] do not apply to .*'gtrxl'"):
+        MemoryAgent(*spaces, backbone="gtrxl", dim=16, layers=1, heads=2, memory=4, max_steps=3)
+    with pytest.raises(ValueError, match=r"unknown options \['layer'\] for backbone 'universal'"):
+        MemoryAgent(*spaces, backbone="universal", dim=16, heads=2, memory=4, layer=3)
+    with pytest.raises(ValueError, match=r"only apply to transformer backbones, not 'lstm'"):
+        MemoryAgent(*spaces, backbone="lstm", dim=16, position="xl")
+    with pytest.raises(ValueError, match="BlockConfig.gate: unknown gate 'lstm'"):
+        MemoryAgent(*spaces, backbone="trxl", dim=16, heads=2, memory=4, gate="lstm")
 
 
 @pytest.mark.parametrize("position", ["xl", "sinusoidal"])
@@ -186,7 +195,8 @@ def test_coordinate_scale_multiplies_the_coordinate_embedding(position):
     absolute position signal alike (Dehghani et al. 2019 eq. 1 with P^t scaled)."""
     torch.manual_seed(0)
     c, d, length = 0.1, 16, 6
-    ut = UniversalTransformer(d, 2, max_steps=3, halting="none", coordinate_scale=c)
+    config = BlockConfig(dim=d, heads=2, position=position)
+    ut = UniversalTransformer(config, max_steps=3, halting="none", coordinate_scale=c)
     ut = ut.double().eval()
     x = torch.randn(2, length, d, dtype=torch.float64)
     positions = torch.arange(length).expand(2, length)
@@ -197,15 +207,15 @@ def test_coordinate_scale_multiplies_the_coordinate_embedding(position):
         h, _ = ut.block(h + c * (absolute + sinusoid(torch.tensor(t), d).double()), None, mask)
     torch.testing.assert_close(ut(x)[0], ut.final_norm(h))
     with pytest.raises(ValueError, match="coordinate_scale must be >= 0"):
-        UniversalTransformer(d, 2, coordinate_scale=-1.0)
+        UniversalTransformer(config, coordinate_scale=-1.0)
 
 
 def test_ut_act_config_builds_the_documented_backbone(envs):
     cfg = load_config(["agent=ut_act"]).agent
     spaces = (envs.single_observation_space, envs.single_action_space)
-    agent = build_agent(load_config(["agent=ut_act"]), *spaces, "cpu")
+    agent = build_agent(load_config(["agent=ut_act"]).agent, *spaces)
     ut = agent.backbone
-    assert isinstance(ut, UniversalTransformer) and ut.returns_aux
+    assert isinstance(ut, UniversalTransformer) and ut.ponders and not ut.pure_step
     assert (ut.dim, ut.heads, ut.memory, ut.max_steps) == (
         cfg.dim,
         cfg.heads,
@@ -213,6 +223,10 @@ def test_ut_act_config_builds_the_documented_backbone(envs):
         cfg.max_steps,
     )
     assert ut.coordinate_scale == cfg.coordinate_scale < 1.0
+    config = ut.config  # every block option of the YAML reached the BlockConfig
+    for knob in ("position", "gate", "gate_bias", "norm", "sublayer_activation", "ff_mult"):
+        assert getattr(config, knob) == cfg[knob], knob
+    assert (config.dropout, config.kernel) == (cfg.dropout, cfg.kernel)
     assert agent.training_aux.keywords == {"tau": cfg.tau}
 
 

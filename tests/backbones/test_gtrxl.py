@@ -5,7 +5,8 @@ import itertools
 import pytest
 import torch
 
-from rltrans.backbones.gtrxl import PRESETS, TransformerStack
+from rltrans.backbones.gtrxl import PRESETS, TransformerStack, preset_config
+from rltrans.core.block import BlockConfig
 from rltrans.core.gates import GATES
 from rltrans.core.position import POSITIONS
 from rltrans.memory import Memory
@@ -19,7 +20,8 @@ COMBOS = sorted({(p, "gru") for p in POSITIONS} | {("xl", g) for g in GATES})
 
 def make(position="xl", gate="gru", norm="pre", memory=M, **kw):
     torch.manual_seed(1)
-    stack = TransformerStack(D, Y, H, memory=memory, position=position, gate=gate, norm=norm, **kw)
+    config = BlockConfig(dim=D, heads=H, position=position, gate=gate, norm=norm, **kw)
+    stack = TransformerStack(config, Y, memory=memory)
     for name, p in stack.named_parameters():  # make the relative terms non-trivial
         if name.endswith((".u", ".v")):
             torch.nn.init.normal_(p, std=0.5)
@@ -35,7 +37,7 @@ def run_chunks(stack, x, chunk, starts=None, memory=None):
     outs = []
     for c in range(0, x.shape[1], chunk):
         s = None if starts is None else starts[:, c : c + chunk]
-        y, memory = stack(x[:, c : c + chunk], memory, starts=s)
+        y, memory, _ = stack(x[:, c : c + chunk], memory, starts=s)
         outs.append(y)
     return torch.cat(outs, 1), memory
 
@@ -45,7 +47,7 @@ def run_steps(stack, x, starts=None):
     outs = []
     for t in range(x.shape[1]):
         done = None if starts is None else starts[:, t]
-        y, state = stack.step(x[:, t], state, done)
+        y, state, _ = stack.step(x[:, t], state, done)
         outs.append(y)
     return torch.stack(outs, 1), state
 
@@ -55,10 +57,10 @@ def run_steps(stack, x, starts=None):
 def test_causality(position, gate, norm):
     stack = make(position, gate, norm)
     x = seq()
-    y, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    y = stack(x, stack.empty_memory(3, dtype=x.dtype)).hidden
     x2 = x.clone()
     x2[:, 9:] += torch.randn_like(x2[:, 9:])
-    y2, _ = stack(x2, stack.empty_memory(3, dtype=x.dtype))
+    y2 = stack(x2, stack.empty_memory(3, dtype=x.dtype)).hidden
     torch.testing.assert_close(y[:, :9], y2[:, :9])
     assert not torch.allclose(y[:, 9:], y2[:, 9:])
 
@@ -69,7 +71,7 @@ def test_chunked_with_memory_equals_whole_with_window(position, gate, chunk):
     """Invariant 2: chunks of any length with memory M == the whole sequence with window M."""
     stack = make(position, gate)
     x = seq()
-    whole, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    whole = stack(x, stack.empty_memory(3, dtype=x.dtype)).hidden
     chunked, _ = run_chunks(stack, x, chunk)
     torch.testing.assert_close(chunked, whole)
 
@@ -78,15 +80,15 @@ def test_window_really_limits_attention():
     """A token M+1 steps back has no influence; one M steps back does."""
     stack = make()
     x = seq(length=M + 2)
-    y, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    y = stack(x, stack.empty_memory(3, dtype=x.dtype)).hidden
     far = x.clone()
     far[:, 0] += torch.randn_like(far[:, 0])  # reaches M steps per layer
-    y_far, _ = stack(far, stack.empty_memory(3, dtype=x.dtype))
+    y_far = stack(far, stack.empty_memory(3, dtype=x.dtype)).hidden
     assert not torch.allclose(y[:, M], y_far[:, M])
     single = make(memory=M)
     single.blocks = single.blocks[:1]
-    y1, _ = single(x, Memory.empty(1, 3, M, D, dtype=x.dtype))
-    y1_far, _ = single(far, Memory.empty(1, 3, M, D, dtype=x.dtype))
+    y1 = single(x, Memory.empty(1, 3, M, D, dtype=x.dtype)).hidden
+    y1_far = single(far, Memory.empty(1, 3, M, D, dtype=x.dtype)).hidden
     torch.testing.assert_close(y1[:, M + 1], y1_far[:, M + 1])
     assert not torch.allclose(y1[:, M], y1_far[:, M])
 
@@ -96,7 +98,7 @@ def test_cached_step_equals_recomputed_window(position, gate):
     """Invariant 3: acting one step at a time with the key/value cache == recomputing."""
     stack = make(position, gate)
     x = seq()
-    whole, memory = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    whole, memory, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
     stepped, state = run_steps(stack, x)
     torch.testing.assert_close(stepped, whole)
     # the acting window is exactly the training memory that follows the sequence
@@ -114,8 +116,8 @@ def test_episode_isolation_in_training_and_acting(position):
     starts = torch.zeros(2, T, dtype=torch.bool)
     starts[0, 5] = True  # env 0 starts a new episode at step 5, env 1 at step 9
     starts[1, 9] = True
-    fresh0, _ = stack(x[:1, 5:], stack.empty_memory(1, dtype=x.dtype))
-    fresh1, _ = stack(x[1:, 9:], stack.empty_memory(1, dtype=x.dtype))
+    fresh0 = stack(x[:1, 5:], stack.empty_memory(1, dtype=x.dtype)).hidden
+    fresh1 = stack(x[1:, 9:], stack.empty_memory(1, dtype=x.dtype)).hidden
     for chunk in (3, T):
         y, _ = run_chunks(stack, x, chunk, starts)
         torch.testing.assert_close(y[0, 5:], fresh0[0])
@@ -124,7 +126,7 @@ def test_episode_isolation_in_training_and_acting(position):
     torch.testing.assert_close(y_step[0, 5:], fresh0[0])
     torch.testing.assert_close(y_step[1, 9:], fresh1[0])
     # the other episode's earlier steps do see their memory
-    y_plain, _ = stack(x, stack.empty_memory(2, dtype=x.dtype))
+    y_plain = stack(x, stack.empty_memory(2, dtype=x.dtype)).hidden
     assert not torch.allclose(y_plain[0, 5:], fresh0[0])
 
 
@@ -137,7 +139,7 @@ def test_memory_after_segment_keeps_only_current_episode():
         valid=torch.ones(1, M, dtype=torch.bool),
         time=torch.tensor([7]),
     )
-    _, new = stack(x, mem, starts=starts)
+    new = stack(x, mem, starts=starts).memory
     assert new.valid.tolist() == [[False, False, False, False, True, True]]
     assert new.time.tolist() == [2]
 
@@ -147,7 +149,7 @@ def test_no_gradient_reaches_memory():
     mem = stack.empty_memory(2)
     mem = Memory(torch.randn_like(mem.hidden).requires_grad_(), mem.valid | True, mem.time)
     x = torch.randn(2, 5, D, requires_grad=True)
-    y, new = stack(x, mem)
+    y, new, _ = stack(x, mem)
     assert not new.hidden.requires_grad
     y.sum().backward()
     assert mem.hidden.grad is None
@@ -159,28 +161,28 @@ def test_gradients_stop_at_segment_boundary():
     stack = make().float()
     x1 = torch.randn(2, 5, D, requires_grad=True)
     x2 = torch.randn(2, 5, D)
-    _, mem = stack(x1, stack.empty_memory(2))
-    y2, _ = stack(x2, mem)
+    mem = stack(x1, stack.empty_memory(2)).memory
+    y2 = stack(x2, mem).hidden
     y2.sum().backward()
     assert x1.grad is None
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_presets_build_and_run(name):
-    stack = TransformerStack.preset(name, D, Y, H, memory=M)
-    y, _ = stack(torch.randn(2, 3, D), stack.empty_memory(2))
+    stack = TransformerStack(preset_config(name, D, H), Y, memory=M)
+    y = stack(torch.randn(2, 3, D), stack.empty_memory(2)).hidden
     assert y.shape == (2, 3, D) and torch.isfinite(y).all()
     with pytest.raises(ValueError, match="unknown preset 'gpt'; valid choices: gtrxl, trxl"):
-        TransformerStack.preset("gpt", D, Y, H)
+        preset_config("gpt", D, H)
 
 
 def test_stack_without_memory_uses_key_padding_without_nan():
     stack = make(position="learned", memory=0)
     x = seq(batch=2, length=5)
     pad = torch.tensor([[False, False, True, True, True], [True] * 5])  # left padding
-    y, mem = stack(x, key_padding=pad)
-    assert mem is None and torch.isfinite(y).all()
-    alone, _ = stack(x[:1, 2:], positions=torch.arange(2, 5).unsqueeze(0))
+    y, mem, aux = stack(x, key_padding=pad)
+    assert mem is None and aux == {} and torch.isfinite(y).all()
+    alone = stack(x[:1, 2:], positions=torch.arange(2, 5).unsqueeze(0)).hidden
     torch.testing.assert_close(y[0, 2:], alone[0])
 
 
@@ -203,13 +205,14 @@ def test_selected_outputs_equal_the_whole_output_and_its_gradients(position, nor
     """outputs= cuts the last layer to the wanted queries (position-free schemes) or selects
     afterwards (relative ones): same values and same parameter gradients either way."""
     torch.manual_seed(0)
-    stack = TransformerStack(16, 3, 2, position=position, norm=norm, gate="gru").double()
+    config = BlockConfig(dim=16, heads=2, position=position, norm=norm, gate="gru")
+    stack = TransformerStack(config, 3).double()
     x = torch.randn(2, 11, 16, dtype=torch.float64)
     padding = torch.ones(2, 11, dtype=torch.bool)
     padding[0, :4] = False
     wanted = slice(1, None, 3)
-    full, _ = stack(x, key_padding=padding)
-    cut, _ = stack(x, key_padding=padding, outputs=wanted)
+    full = stack(x, key_padding=padding).hidden
+    cut = stack(x, key_padding=padding, outputs=wanted).hidden
     torch.testing.assert_close(cut, full[:, wanted])
     grads = []
     for out in (full[:, wanted], cut):
@@ -226,7 +229,7 @@ def recall_accuracy(memory: int, steps: int = 150) -> float:
     whose answers lie in the first segment (reachable only through the memory)."""
     torch.manual_seed(0)
     k, symbols, dim = 4, 4, 32
-    stack = TransformerStack.preset("gtrxl", dim, 1, 2, memory=memory, ff_activation="relu")
+    stack = TransformerStack(preset_config("gtrxl", dim, 2, ff_activation="relu"), 1, memory=memory)
     embed, head = torch.nn.Linear(symbols, dim), torch.nn.Linear(dim, symbols)
     params = [*stack.parameters(), *embed.parameters(), *head.parameters()]
     opt = torch.optim.Adam(params, lr=3e-3)
@@ -234,8 +237,8 @@ def recall_accuracy(memory: int, steps: int = 150) -> float:
         sym = torch.randint(0, symbols, (32, 16))
         x = embed(torch.nn.functional.one_hot(sym, symbols).float())
         mem = stack.empty_memory(32) if memory else None
-        first, mem = stack(x[:, :8], mem)
-        second, _ = stack(x[:, 8:], mem)
+        first, mem, _ = stack(x[:, :8], mem)
+        second = stack(x[:, 8:], mem).hidden
         logits = head(torch.cat([first, second], dim=1))[:, k:]  # steps 4..15
         targets = sym[:, :-k].reshape(-1)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, symbols), targets)

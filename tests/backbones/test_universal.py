@@ -6,6 +6,7 @@ import torch
 
 from rltrans.backbones.gtrxl import TransformerStack
 from rltrans.backbones.universal import UniversalTransformer
+from rltrans.core.block import BlockConfig
 from rltrans.core.position import sinusoid
 from rltrans.memory import Memory
 
@@ -15,9 +16,8 @@ T = 12
 
 def make(position="xl", halting="act", memory=M, **kw):
     torch.manual_seed(1)
-    ut = UniversalTransformer(
-        D, H, max_steps=S, memory=memory, position=position, halting=halting, **kw
-    )
+    config = BlockConfig(dim=D, heads=H, position=position, **kw)
+    ut = UniversalTransformer(config, max_steps=S, memory=memory, halting=halting)
     for name, p in ut.named_parameters():
         if name.endswith((".u", ".v")):  # make the xl relative terms non-trivial
             torch.nn.init.normal_(p, std=0.5)
@@ -85,7 +85,7 @@ def test_halting_off_without_depth_signal_equals_a_tied_transformer_stack(positi
     block's weights, in chunks with memory, including the memory it hands on."""
     ut = make(position, halting="none")
     ut.depth_signal.zero_()  # relative positions only: P^t = 0, the stack adds nothing either
-    stack = TransformerStack(D, S, H, memory=M, position=position).double().eval()
+    stack = TransformerStack(ut.config, S, memory=M).double().eval()
     for block in stack.blocks:
         block.load_state_dict(ut.block.state_dict())
     stack.final_norm.load_state_dict(ut.final_norm.state_dict())
@@ -94,7 +94,7 @@ def test_halting_off_without_depth_signal_equals_a_tied_transformer_stack(positi
     mem = stack.empty_memory(3, dtype=x.dtype)
     y_stack = []
     for c in range(0, T, 5):
-        y, mem = stack(x[:, c : c + 5], mem)
+        y, mem, _ = stack(x[:, c : c + 5], mem)
         y_stack.append(y)
     torch.testing.assert_close(y_ut, torch.cat(y_stack, 1))
     for a, b in zip(mem_ut, mem, strict=True):
@@ -238,7 +238,7 @@ def test_memory_is_stop_gradient():
 
 def test_forward_compiles_as_one_graph():
     """The halting loop and the memory path trace without graph breaks."""
-    ut = UniversalTransformer(D, H, max_steps=2, memory=M).eval()  # tracing time grows with S
+    ut = UniversalTransformer(BlockConfig(dim=D, heads=H), max_steps=2, memory=M).eval()
     mem = ut.empty_memory(2)
     x = torch.randn(2, 5, D)
     compiled = torch.compile(ut, fullgraph=True, backend="eager")
@@ -249,14 +249,39 @@ def test_forward_compiles_as_one_graph():
 
 
 def test_bad_options_name_the_valid_ones():
+    config = BlockConfig(dim=D, heads=H)
     with pytest.raises(ValueError, match="unknown halting 'adaptive'; valid choices: act, none"):
-        UniversalTransformer(D, H, halting="adaptive")
-    with pytest.raises(ValueError, match="valid choices: none, sinusoidal, learned"):
-        UniversalTransformer(D, H, position="absolute")
+        UniversalTransformer(config, halting="adaptive")
+    with pytest.raises(ValueError, match="BlockConfig.position: .* valid choices: none, sinus"):
+        BlockConfig(dim=D, heads=H, position="absolute")
     with pytest.raises(ValueError, match="valid choices: pre, post"):
-        UniversalTransformer(D, H, norm="middle")
+        BlockConfig(dim=D, heads=H, norm="middle")
     with pytest.raises(ValueError, match="acting with a cache needs memory >= 1"):
-        UniversalTransformer(D, H, memory=0).initial_state(2)
+        UniversalTransformer(config, memory=0).initial_state(2)
     ut = make()
     with pytest.raises(ValueError, match=r"expected \(4, 5\)"):
         ut(seq(), Memory.empty(2, 3, M, D, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_the_shared_block_honours_ff_activation(activation):
+    """BlockConfig.ff_activation reaches the shared block's MLP: with halting off the output
+    is the block applied S times by hand with that activation, and the two activations give
+    different outputs from the same weights."""
+    ut = make(halting="none", memory=0, ff_activation=activation)
+    want = torch.nn.ReLU if activation == "relu" else torch.nn.GELU
+    assert isinstance(ut.block.mlp.net[1], want)
+    x = seq()
+    mask = torch.ones(T, T, dtype=torch.bool).tril().view(1, 1, T, T)
+    fc1, _, fc2 = ut.block.mlp.net
+    act = torch.relu if activation == "relu" else torch.nn.functional.gelu
+    h = x
+    for t in range(1, S + 1):  # the block written out, MLP with the chosen activation
+        u = h + ut.depth_signal[t - 1].double()
+        a, _ = ut.block.attn(ut.block.norm1(u), None, mask)
+        u = ut.block.gate1(u, ut.block.act(a))
+        h = ut.block.gate2(u, ut.block.act(fc2(act(fc1(ut.block.norm2(u))))))
+    torch.testing.assert_close(ut(x).hidden, ut.final_norm(h))
+    other = make(halting="none", memory=0, ff_activation="gelu" if activation == "relu" else "relu")
+    other.load_state_dict(ut.state_dict())
+    assert not torch.allclose(other(x).hidden, ut(x).hidden)

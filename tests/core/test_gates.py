@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rltrans.core.block import PostNormBlock, PreNormBlock, build_block
+from rltrans.core.block import BlockConfig, PostNormBlock, PreNormBlock, build_block
 from rltrans.core.gates import GATES, GRUGate, build_gate
 
 D = 32
@@ -50,17 +50,17 @@ def test_unknown_gate_lists_valid_ones():
 
 
 def test_block_placements_and_errors():
-    assert isinstance(build_block(D, 4, norm="pre"), PreNormBlock)
-    assert isinstance(build_block(D, 4, norm="post"), PostNormBlock)
+    assert isinstance(build_block(BlockConfig(dim=D, heads=4, norm="pre")), PreNormBlock)
+    assert isinstance(build_block(BlockConfig(dim=D, heads=4, norm="post")), PostNormBlock)
     with pytest.raises(ValueError, match="unknown norm placement 'sandwich'; valid choices: pre"):
-        build_block(D, 4, norm="sandwich")
+        BlockConfig(dim=D, heads=4, norm="sandwich")
     with pytest.raises(ValueError, match="unknown sublayer activation 'gelu'"):
-        build_block(D, 4, sublayer_activation="gelu")
+        BlockConfig(dim=D, heads=4, sublayer_activation="gelu")
 
 
 def test_pre_norm_block_output_is_identity_plus_branches():
     """Pre-norm with residual gates keeps an identity path: zeroing both branches returns x."""
-    block = build_block(D, 4, norm="pre", gate="residual")
+    block = build_block(BlockConfig(dim=D, heads=4, norm="pre", gate="residual"))
     with torch.no_grad():
         block.attn.out_proj.weight.zero_()
         block.attn.out_proj.bias.zero_()

@@ -1,6 +1,8 @@
 """Position schemes against naive per-pair definitions, in float64."""
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,21 +154,28 @@ def test_rotary_needs_even_head_dim():
         RotaryAttention(5)
 
 
-def test_xl_relative_keys_memo_follows_weight_updates():
-    """Without autograd W_kR R is memoised; an optimizer step or a load must invalidate it."""
+def test_xl_step_context_is_computed_from_the_current_weights():
+    """Nothing is memoised inside the scheme: every call sees the weights as they are now
+    (the acting state, not the module, holds a context between weight updates)."""
     xl = XLAttention(D, H).double()
-    opt = torch.optim.SGD(xl.parameters(), lr=0.1)
+    cpu = torch.device("cpu")
     with torch.no_grad():
-        first = xl.relative_keys(9, 1, torch.device("cpu"))
-        assert xl.relative_keys(9, 1, torch.device("cpu")) is first  # memoised
-    loss = xl.relative_keys(9, 1, torch.device("cpu")).square().sum()  # with autograd: fresh
-    assert loss.requires_grad
-    loss.backward()
-    opt.step()
-    with torch.no_grad():
-        after_step = xl.relative_keys(9, 1, torch.device("cpu"))
-        torch.testing.assert_close(after_step, xl.project_relative(9, 1, torch.device("cpu")))
-        assert not torch.allclose(after_step, first)
+        first = xl.step_context(8, cpu, torch.float64)  # (H, M+1, E)
+        assert first.shape == (H, 9, E)
+        torch.testing.assert_close(first, xl.relative_keys(9, 1, cpu)[:, :9])
+        xl.r_proj.weight.mul_(-2.0)  # in place, as an optimizer step writes
+        torch.testing.assert_close(xl.step_context(8, cpu, torch.float64), -2.0 * first)
         xl.load_state_dict({k: torch.zeros_like(t) for k, t in xl.state_dict().items()})
-        assert xl.relative_keys(9, 1, torch.device("cpu")).abs().sum() == 0
-        assert xl.relative_keys(5, 2, torch.device("cpu")).shape == (H, 7, E)  # new shape
+        assert xl.step_context(8, cpu, torch.float64).abs().sum() == 0
+        assert xl.relative_keys(5, 2, cpu).shape == (H, 7, E)
+
+
+def test_no_version_counter_is_read_anywhere_in_rltrans():
+    """Acting contexts live in the acting state: no module keys a cache on ``_version``."""
+    import rltrans
+
+    root = Path(rltrans.__file__).parent
+    sources = [*root.rglob("*.py"), *(root.parent / "agents").rglob("*.py")]
+    assert len(sources) > 20
+    reads = re.compile(r"\._version\b|increment_version")  # a tensor's counter, or a bump
+    assert [str(p) for p in sources if reads.search(p.read_text())] == []
