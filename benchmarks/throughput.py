@@ -27,8 +27,8 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from rltrans.agents.memory_agent import MemoryAgent
 
+from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.config import load_config, to_container
 
 OBS = gym.spaces.Box(-1.0, 1.0, (8,), np.float32)
@@ -60,7 +60,7 @@ class RecomputeWindow:
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """One step: slide the window, run the stack, sample from the last position."""
         self.window = torch.cat([self.window[:, 1:], self.agent.encoder(obs)[:, None]], dim=1)
-        h, _ = self.agent.backbone(self.window, None)
+        h = self.agent.backbone(self.window, None).hidden
         return self.agent.policy(h[:, -1]).sample()
 
 
@@ -74,7 +74,7 @@ class HiddenMemoryNoCache:
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """One step through the training forward with L=1."""
-        h, self.memory = self.agent.backbone(self.agent.encoder(obs)[:, None], self.memory)
+        h, self.memory, _ = self.agent.backbone(self.agent.encoder(obs)[:, None], self.memory)
         return self.agent.policy(h[:, 0]).sample()
 
 
@@ -183,12 +183,11 @@ class PPOSetup:
     x 128 steps, 8 minibatches x 4 epochs), stepped one update at a time."""
 
     def __init__(self, agent: str, env: str, updates: int, extra: tuple[str, ...] = ()) -> None:
-        from rltrans.envs import make_env
-
-        from rltrans.actors import LocalActor
         from rltrans.buffers.rollout import RolloutBuffer
+        from rltrans.envs import make_env
         from rltrans.learner import PPOLearner
-        from rltrans.train import build_agent
+        from rltrans.registry import build_agent
+        from rltrans.runtime.actors import LocalActor
 
         overrides = [
             f"agent={agent}",
@@ -207,7 +206,7 @@ class PPOSetup:
         torch.manual_seed(0)
         self.envs = make_env(cfg.env, seed=0)
         spaces = self.envs.single_observation_space, self.envs.single_action_space
-        model = build_agent(cfg, *spaces, "cpu")
+        model = build_agent(cfg.agent, *spaces)
         self.algo = algo = cfg.algo
         self.buffer = RolloutBuffer(algo.num_steps, self.envs.num_envs, algo.segment_length, "cpu")
         self.actor = LocalActor(self.envs, model, seed=0, device="cpu")

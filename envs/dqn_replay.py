@@ -1,6 +1,6 @@
 """DQN Replay (Agarwal et al. 2020) checkpoints, read locally the way d4rl-atari reads them.
 
-Facts from notes/STACK.md §2, taken from takuseno/d4rl-atari (039d1a9), google/dopamine's
+Facts taken from takuseno/d4rl-atari (039d1a9), google/dopamine's
 circular replay buffer and google-research/batch_rl's logged replay buffer:
 
 * One checkpoint = gzip-compressed `.npy` files (np.save, no pickle): observation (N,84,84)
@@ -27,8 +27,9 @@ from typing import Any, Literal, NamedTuple
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec, WrapperSpec
-from rltrans.envs.offline import Episode, OfflineDataset
 from tqdm.auto import tqdm
+
+from rltrans.envs.offline import Episode, OfflineDataset
 
 __all__ = [
     "D4RLAtariId",

@@ -36,6 +36,7 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec, find_highest_version, get_env_id, parse_env_id
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.wrappers import RecordEpisodeStatistics
+
 from rltrans.envs.atari import wrap_atari
 
 # Private info key of the raw-env statistics, so that an env or user wrapper that writes its own
@@ -156,8 +157,13 @@ def resolve_wrappers(
                 f"wrappers[{i}] {path!r} is a vector wrapper; this list takes single-env "
                 "wrappers (e.g. gymnasium.wrappers.* rather than gymnasium.wrappers.vector.*)"
             )
-        if not callable(fn):
-            raise ValueError(f"wrappers[{i}] {path!r} is not callable")
+        # Only Wrapper classes: a path from a config (or a checkpoint's config) must never
+        # name an arbitrary function to call on the env (builtins.open, shutil.rmtree, ...).
+        if not (isinstance(fn, type) and issubclass(fn, gym.Wrapper)):
+            raise ValueError(
+                f"wrappers[{i}] {path!r} is not a gymnasium.Wrapper subclass; wrappers entries "
+                "name single-env wrapper classes such as gymnasium.wrappers.TimeAwareObservation"
+            )
         resolved.append((fn, dict(entry.get("kwargs") or {}), path))
     return tuple(resolved)
 

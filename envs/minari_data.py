@@ -1,8 +1,9 @@
-"""Minari datasets: collect episodes from a vector env, write them without jax, load them back.
+"""Minari datasets: write episodes without jax, load them back.
 
 Minari's own `DataCollector` needs jax (`EpisodeBuffer.add_step_data` uses
 `jax.tree_util`), so `write_minari` builds whole-episode `EpisodeBuffer`s itself and calls
-`minari.create_dataset_from_buffers`, which does not import jax (notes/STACK.md §3).
+`minari.create_dataset_from_buffers`, which does not import jax. Episodes are collected by
+`rltrans.runtime.collection.collect_episodes` (the acting loop).
 Datasets live where Minari looks: `$MINARI_DATASETS_PATH`, default `~/.minari/datasets`.
 """
 
@@ -13,7 +14,7 @@ import shutil
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import gymnasium as gym
 import minari
@@ -22,12 +23,12 @@ from gymnasium.envs.registration import EnvSpec
 from minari.data_collector.episode_buffer import EpisodeBuffer
 from minari.dataset.minari_dataset import parse_dataset_id
 from minari.storage.datasets_root_dir import get_dataset_path
-from rltrans.envs.offline import Episode, OfflineDataset, make_eval_env_fn
 from tqdm.auto import tqdm
 
+from rltrans.envs.offline import Episode, OfflineDataset, make_eval_env_fn
+
 __all__ = [
-    "EpisodePolicy",
-    "collect_episodes",
+    "CorruptDatasetError",
     "load_minari",
     "make_eval_env_fn",
     "write_minari",
@@ -36,23 +37,6 @@ __all__ = [
 SUPPORTED_SPACES = (gym.spaces.Box, gym.spaces.Discrete)
 DataFormat = Literal["hdf5", "arrow"]
 MissingFinal = Literal["error", "repeat_last"]
-
-
-class EpisodePolicy(Protocol):
-    """What `collect_episodes` needs from a policy (memory policies reset where `done`).
-
-    A policy may also define `observe(state, rewards) -> state`, called with the rewards (N,)
-    of every step: return-conditioned policies (Decision Transformer) count them down from
-    their target return.
-    """
-
-    def initial_state(self, num_envs: int) -> Any:
-        """Per-env state for `num_envs` envs (None for memoryless policies)."""
-        ...
-
-    def act(self, obs: np.ndarray, state: Any, done: np.ndarray) -> tuple[np.ndarray, Any]:
-        """Actions (N, ...) for obs (N, ...); `done` (N,) marks envs whose episode just began."""
-        ...
 
 
 def _check_space(space: gym.Space, what: str, where: str) -> None:
@@ -117,6 +101,42 @@ def _frame_stack_of(spec: EnvSpec | None) -> int:
     return 1
 
 
+class CorruptDatasetError(ValueError):
+    """A local Minari dataset whose files cannot be read; the message says how to rebuild it."""
+
+    def __init__(self, dataset_id: str, folder: Path, err: BaseException) -> None:
+        files = sorted(str(p) for p in (folder / "data").glob("*")) or [str(folder / "data")]
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        super().__init__(
+            f"Minari dataset {dataset_id!r} is corrupt or truncated ({first}); files: "
+            f"{', '.join(files)}. Rebuild it: delete {folder} and write it again (e.g. "
+            f"python -m rltrans.collect dataset_id={dataset_id} overwrite=true ...)"
+        )
+
+
+def _read_episodes(dataset: Any, dataset_id: str, progress: bool) -> list[Episode]:
+    """Every episode of a Minari dataset, observations as views (T of the T+1 stored)."""
+    episodes = []
+    for ep in tqdm(
+        dataset.iterate_episodes(),
+        total=dataset.total_episodes,
+        desc=f"loading {dataset_id}",
+        disable=not progress,
+    ):
+        obs = ep.observations  # (T+1, ...): Minari stores the final observation too
+        episodes.append(
+            Episode(
+                observations=obs[:-1],  # (T, ...) a view
+                actions=ep.actions,
+                rewards=ep.rewards,
+                terminated=bool(ep.terminations[-1]),
+                truncated=bool(ep.truncations[-1]),
+                final_observation=obs[-1],
+            )
+        )
+    return episodes
+
+
 def load_minari(
     dataset_id: str, *, download: bool = False, progress: bool = True
 ) -> OfflineDataset:
@@ -137,28 +157,13 @@ def load_minari(
                 f"downloading Minari dataset {dataset_id!r} failed ({type(exc).__name__}: {exc}). "
                 f"Create it locally with `python -m rltrans.collect ...` instead."
             ) from exc
-    dataset = minari.load_dataset(dataset_id)
-    _check_space(dataset.observation_space, "observation", dataset_id)
-    _check_space(dataset.action_space, "action", dataset_id)
-
-    episodes = []
-    for ep in tqdm(
-        dataset.iterate_episodes(),
-        total=dataset.total_episodes,
-        desc=f"loading {dataset_id}",
-        disable=not progress,
-    ):
-        obs = ep.observations  # (T+1, ...): Minari stores the final observation too
-        episodes.append(
-            Episode(
-                observations=obs[:-1],  # (T, ...) a view
-                actions=ep.actions,
-                rewards=ep.rewards,
-                terminated=bool(ep.terminations[-1]),
-                truncated=bool(ep.truncations[-1]),
-                final_observation=obs[-1],
-            )
-        )
+    try:
+        dataset = minari.load_dataset(dataset_id)
+        _check_space(dataset.observation_space, "observation", dataset_id)
+        _check_space(dataset.action_space, "action", dataset_id)
+        episodes = _read_episodes(dataset, dataset_id, progress)
+    except (OSError, KeyError, EOFError) as err:  # h5py: truncated or garbled file
+        raise CorruptDatasetError(dataset_id, _local_dataset_dir(dataset_id), err) from None
     spec = _eval_env_spec(dataset)
     return OfflineDataset(
         episodes=episodes,
@@ -298,123 +303,3 @@ def _create(
             eval_env=eval_env,
             **kwargs,
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# Collecting
-
-
-def collect_episodes(
-    env_id: str | EnvSpec,
-    policy: EpisodePolicy | None,
-    *,
-    episodes: int,
-    epsilon: float = 0.0,
-    seed: int = 0,
-    num_envs: int = 8,
-    max_steps: int | None = None,
-    env_kwargs: dict[str, Any] | None = None,
-    progress: bool = True,
-) -> list[Episode]:
-    """Run `policy` (None: uniform random) in a sync vector env and return `episodes` episodes.
-
-    With `epsilon`, each env's action is replaced by a uniformly random one with probability
-    `epsilon`. `max_steps` caps each episode's length (truncation); to record that limit in a
-    dataset, pass one `EnvSpec` (e.g. `dataclasses.replace(gym.spec(id), max_episode_steps=..)`)
-    here and to `write_minari(env=...)` instead. Episodes are numbered in
-    the order they start and the first `episodes` of them are kept, so the quota never
-    favours short episodes (a length-ordered cut would: short ones finish first).
-
-    Example:
-        >>> eps = collect_episodes("CartPole-v1", None, episodes=20, num_envs=4)  # doctest: +SKIP
-    """
-    if episodes < 1 or num_envs < 1:
-        raise ValueError(f"episodes={episodes} and num_envs={num_envs} must be >= 1")
-    if not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"epsilon={epsilon} must lie in [0, 1]")
-    kwargs = dict(env_kwargs or {})
-    if max_steps is not None:
-        kwargs["max_episode_steps"] = max_steps
-    # SAME_STEP autoreset: the step that ends an episode already returns the next reset obs and
-    # puts the final obs in info["final_obs"], so no dummy transition follows a done.
-    envs = gym.make_vec(
-        env_id,
-        num_envs,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-        **kwargs,
-    )
-    try:
-        return _collect(envs, policy, episodes, epsilon, seed, progress)
-    finally:
-        envs.close()
-
-
-def _collect(
-    envs: gym.vector.VectorEnv,
-    policy: EpisodePolicy | None,
-    quota: int,
-    epsilon: float,
-    seed: int,
-    progress: bool,
-) -> list[Episode]:
-    n = envs.num_envs
-    rng = np.random.default_rng(seed)
-    envs.action_space.seed(seed)
-    obs, _ = envs.reset(seed=seed)
-    state = policy.initial_state(n) if policy is not None else None
-    observe = getattr(policy, "observe", None)  # optional hook, looked up once
-    done = np.ones(n, dtype=bool)  # every env starts an episode at the first step
-    slot = np.arange(n)  # start-order number of each env's current episode
-    next_slot = n
-    steps: list[list[tuple[np.ndarray, np.ndarray, float]]] = [[] for _ in range(n)]
-    finished: dict[int, Episode] = {}
-    bar = tqdm(total=quota, desc="collecting episodes", unit="ep", disable=not progress)
-    while len(finished) < quota:
-        random_actions = envs.action_space.sample()  # (N, ...)
-        if policy is None:
-            actions = random_actions
-        else:
-            actions, state = policy.act(obs, state, done)
-            # The action space's dtype, so Minari stores what the env was given.
-            actions = np.asarray(actions, dtype=random_actions.dtype).reshape(random_actions.shape)
-            if epsilon > 0.0:
-                explore = rng.random(n) < epsilon  # (N,)
-                mask = explore.reshape((n,) + (1,) * (actions.ndim - 1))
-                actions = np.where(mask, random_actions, actions).astype(random_actions.dtype)
-        next_obs, rewards, terminated, truncated, info = envs.step(actions)
-        done = np.logical_or(terminated, truncated)
-        if observe is not None:
-            state = observe(state, rewards)
-        for i in range(n):
-            if slot[i] < quota:  # episodes started after the quota are run but not recorded
-                steps[i].append((np.array(obs[i]), np.array(actions[i]), float(rewards[i])))
-            if not done[i]:
-                continue
-            if slot[i] < quota:
-                finished[int(slot[i])] = _to_episode(
-                    steps[i], info["final_obs"][i], terminated[i], truncated[i]
-                )
-                bar.update(1)
-            steps[i] = []
-            slot[i], next_slot = next_slot, next_slot + 1
-        obs = next_obs
-    bar.close()
-    return [finished[k] for k in range(quota)]
-
-
-def _to_episode(
-    steps: list[tuple[np.ndarray, np.ndarray, float]],
-    final_obs: np.ndarray,
-    terminated: bool,
-    truncated: bool,
-) -> Episode:
-    observations, actions, rewards = zip(*steps, strict=True)
-    return Episode(
-        observations=np.stack(observations),  # (T, ...)
-        actions=np.stack(actions),  # (T, ...)
-        rewards=np.asarray(rewards, dtype=np.float32),  # (T,)
-        terminated=bool(terminated),
-        truncated=bool(truncated),
-        final_observation=np.array(final_obs),
-    )

@@ -1,7 +1,7 @@
 """Scripted controllers: competent policies that need no training, for datasets and tests.
 
-Both follow the policy protocol of `rltrans.envs.minari_data.collect_episodes` (`initial_state(n)`,
-`act(obs, state, done) -> (actions, state)`) and act on whole vector-env batches, so
+Both follow rltrans's acting interface (`initial_state(n)`, `act(obs, state, done) ->
+(ActOutput, state)`, `observe(state, reward)`) and act on whole vector-env batches, so
 ``python -m rltrans.collect policy=rltrans.envs.scripted:CartPoleController env_id=CartPole-v1``
 writes an expert dataset in seconds, and mixing them with random actions (``epsilon=``)
 gives the mixed-quality data that offline RL is evaluated on.
@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
+
+from rltrans.types import ActOutput
 
 __all__ = ["CartPoleController", "PendulumController"]
 
@@ -25,8 +28,8 @@ class CartPoleController:
 
     Example:
         >>> ctrl = CartPoleController()
-        >>> ctrl.act(np.array([[0.0, 0.0, 0.05, 0.0]]), None, None)[0]
-        array([1])
+        >>> ctrl.act(torch.tensor([[0.0, 0.0, 0.05, 0.0]]), None, None)[0].env_action
+        tensor([1])
     """
 
     def __init__(self, gains: tuple[float, float, float, float] = (0.1, 0.5, 10.0, 2.0)) -> None:
@@ -36,10 +39,17 @@ class CartPoleController:
         """Memoryless: no state."""
         return None
 
-    def act(self, obs: np.ndarray, state: Any, done: Any) -> tuple[np.ndarray, Any]:
+    def act(
+        self, obs: Any, state: Any, done: Any, *, deterministic: bool = True
+    ) -> tuple[ActOutput, Any]:
         """Actions (N,) in {0, 1} for observations (N, 4)."""
         u = np.asarray(obs, dtype=np.float64) @ self.gains  # (N,)
-        return (u > 0).astype(np.int64), state
+        action = torch.as_tensor((u > 0).astype(np.int64))
+        return ActOutput(action, action), state
+
+    def observe(self, state: Any, reward: Any) -> Any:
+        """Memoryless: rewards are ignored."""
+        return state
 
 
 class PendulumController:
@@ -54,8 +64,8 @@ class PendulumController:
 
     Example:
         >>> ctrl = PendulumController()
-        >>> ctrl.act(np.array([[1.0, 0.1, 0.0]]), None, None)[0].shape
-        (1, 1)
+        >>> ctrl.act(torch.tensor([[1.0, 0.1, 0.0]]), None, None)[0].env_action.shape
+        torch.Size([1, 1])
     """
 
     def __init__(
@@ -68,7 +78,9 @@ class PendulumController:
         """Memoryless: no state."""
         return None
 
-    def act(self, obs: np.ndarray, state: Any, done: Any) -> tuple[np.ndarray, Any]:
+    def act(
+        self, obs: Any, state: Any, done: Any, *, deterministic: bool = True
+    ) -> tuple[ActOutput, Any]:
         """Torques (N, 1) in [-2, 2] for observations (N, 3) = (cos theta, sin theta, theta')."""
         obs = np.asarray(obs, dtype=np.float64)
         cos, sin, vel = obs[:, 0], obs[:, 1], obs[:, 2]
@@ -77,4 +89,10 @@ class PendulumController:
         pump = self.k * (1.5 * self.g - energy) * vel
         hold = -(self.kp * theta + self.kd * vel)
         u = np.where(np.abs(theta) < self.catch, hold, pump)
-        return np.clip(u, -self.max_torque, self.max_torque)[:, None].astype(np.float32), state
+        torque = np.clip(u, -self.max_torque, self.max_torque)[:, None].astype(np.float32)
+        action = torch.as_tensor(torque)
+        return ActOutput(action, action), state
+
+    def observe(self, state: Any, reward: Any) -> Any:
+        """Memoryless: rewards are ignored."""
+        return state

@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.metadata
 import os
 import pickle
@@ -28,12 +27,13 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
+from rltrans.spaces import SpaceMismatchError
+
 # Bump when the payload layout changes incompatibly; load refuses newer versions.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: spaces stored once, as exact JSON (format 1 checkpoints still load)
 
 _STEP_RE = re.compile(r"^step_(\d+)\.pt$")
 # Temp names embed the writer's pid so a cleanup never deletes a live writer's file.
@@ -52,8 +52,8 @@ class CheckpointVersionError(CheckpointError):
     """A checkpoint was written by a newer, incompatible checkpoint format."""
 
 
-class CheckpointMismatchError(ValueError):
-    """A checkpoint was trained on a different setup (spaces, shapes) than the current run."""
+# A checkpoint trained on other spaces than the env at hand (the name callers catch).
+CheckpointMismatchError = SpaceMismatchError
 
 
 def _rltrans_version() -> str:
@@ -452,122 +452,3 @@ def restore_rng_state(state: dict[str, Any]) -> None:
             )
         for device, cuda_state in enumerate(saved_cuda[:count]):
             torch.cuda.set_rng_state(cuda_state.cpu(), device)
-
-
-# ----------------------------------------------------------------------------- compatibility
-
-
-def _bound_summary(values: np.ndarray) -> float | int | dict[str, Any]:
-    """One number when a Box bound is uniform, else min/max plus a digest of the exact values."""
-    flat = np.asarray(values).reshape(-1)
-    cast = int if np.issubdtype(flat.dtype, np.integer) else float
-    if flat.size == 0:
-        return {"min": None, "max": None, "digest": ""}
-    if np.all(flat == flat[0]):
-        return cast(flat[0])
-    digest = hashlib.sha1(np.ascontiguousarray(flat, dtype=np.float64).tobytes()).hexdigest()
-    return {"min": cast(flat.min()), "max": cast(flat.max()), "digest": digest[:12]}
-
-
-def space_to_dict(space: gym.Space) -> dict[str, Any]:
-    """Describe a Gymnasium space as a plain dict that checkpoints and JSON can hold."""
-    spaces = gym.spaces
-    if isinstance(space, spaces.Box):
-        return {
-            "type": "Box",
-            "shape": list(space.shape),
-            "dtype": str(space.dtype),
-            "low": _bound_summary(space.low),
-            "high": _bound_summary(space.high),
-        }
-    if isinstance(space, spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, spaces.MultiDiscrete):
-        return {
-            "type": "MultiDiscrete",
-            "nvec": np.asarray(space.nvec).tolist(),
-            "start": np.asarray(space.start).tolist(),
-            "dtype": str(space.dtype),
-        }
-    if isinstance(space, spaces.MultiBinary):
-        n = space.n
-        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else list(np.asarray(n))}
-    if isinstance(space, spaces.Dict):
-        return {"type": "Dict", "spaces": {str(k): space_to_dict(v) for k, v in space.items()}}
-    if isinstance(space, spaces.Tuple):
-        return {"type": "Tuple", "spaces": [space_to_dict(s) for s in space.spaces]}
-    # Text, Sequence, Graph, OneOf and custom spaces: their repr is the best stable description.
-    return {"type": type(space).__name__, "repr": repr(space)}
-
-
-def _format_bound(bound: Any) -> str:
-    if isinstance(bound, dict):
-        return f"[{bound['min']}..{bound['max']}]"
-    return str(bound)
-
-
-def describe(value: Any) -> str:
-    """Short human-readable text for a `space_to_dict` description (or any value)."""
-    if not (isinstance(value, dict) and "type" in value):
-        text = repr(value)
-        return text if len(text) <= 300 else text[:297] + "..."
-    kind = value["type"]
-    if kind == "Box":
-        shape = tuple(value["shape"])
-        low, high = _format_bound(value["low"]), _format_bound(value["high"])
-        return f"Box({low}, {high}, {shape}, {value['dtype']})"
-    if kind == "Discrete":
-        start = f", start={value['start']}" if value.get("start") else ""
-        return f"Discrete({value['n']}{start})"
-    if kind == "MultiDiscrete":
-        return f"MultiDiscrete({value['nvec']})"
-    if kind == "MultiBinary":
-        return f"MultiBinary({value['n']})"
-    if kind == "Dict":
-        inner = ", ".join(f"{k!r}: {describe(v)}" for k, v in value["spaces"].items())
-        return f"Dict({inner})"
-    if kind == "Tuple":
-        return f"Tuple({', '.join(describe(v) for v in value['spaces'])})"
-    return str(value.get("repr", kind))
-
-
-def _differences(saved: Any, current: Any, path: str, out: list[str]) -> None:
-    """Collect key paths where two plain descriptions differ (list and tuple compare equal)."""
-    saved, current = (x.tolist() if hasattr(x, "tolist") else x for x in (saved, current))
-    if isinstance(saved, dict) and isinstance(current, dict):
-        for key in {**saved, **current}:
-            sub = f"{path}.{key}" if path else str(key)
-            if key in saved and key in current:
-                _differences(saved[key], current[key], sub, out)
-            else:
-                out.append(sub)
-    elif (
-        isinstance(saved, list | tuple)
-        and isinstance(current, list | tuple)
-        and len(saved) == len(current)
-    ):
-        for i, (a, b) in enumerate(zip(saved, current, strict=True)):
-            _differences(a, b, f"{path}[{i}]", out)
-    # bool == int in Python; True and 1 are different descriptions, 4 and 4.0 are not.
-    elif not (saved == current and isinstance(saved, bool) == isinstance(current, bool)):
-        out.append(path or "<value>")
-
-
-def check_compatible(
-    saved: Any, current: Any, what: str, *, current_label: str = "the current run"
-) -> None:
-    """Raise CheckpointMismatchError showing both values when `saved` and `current` differ.
-
-    Example:
-        >>> check_compatible(ckpt["obs_space"], space_to_dict(env.single_observation_space),
-        ...                  "observation space", current_label="the env")
-    """
-    diffs: list[str] = []
-    _differences(saved, current, "", diffs)
-    if not diffs:
-        return
-    where = ", ".join(diffs[:8]) + (" ..." if len(diffs) > 8 else "")
-    raise CheckpointMismatchError(
-        f"checkpoint was trained on {what} {describe(saved)} but {current_label} has "
-        f"{describe(current)} (differs in: {where})"
-    )

@@ -5,8 +5,9 @@ Writes a Minari dataset (hdf5, no jax) of episodes played by
 * ``policy=random``: uniform random actions (``env_id=`` required);
 * ``policy=<checkpoint file or run dir>``: a saved rltrans policy (``rltrans.load_policy``),
   in its training env unless ``env_id=`` names another with the same spaces;
-* ``policy=<module:attr>``: a Python policy with ``initial_state(n)`` and
-  ``act(obs, state, done)`` (a class or factory is called without arguments), e.g.
+* ``policy=<module:attr>``: a Python policy with rltrans's acting interface
+  (``initial_state(n)``, ``act(obs, state, done, deterministic=) -> (ActOutput, state)``,
+  ``observe(state, reward)``; a class or factory is called without arguments), e.g.
   ``rltrans.envs.scripted:CartPoleController``;
 
 mixed with random actions by ``epsilon=0.3`` (per step), or ``epsilon=[0,1]`` to split the
@@ -34,35 +35,13 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec, WrapperSpec
 from omegaconf import DictConfig, OmegaConf
 
-from rltrans.checkpoint import describe, space_to_dict
 from rltrans.config import ConfigError, run_cli
-from rltrans.train import seed_everything, select_device
+from rltrans.policy import check_env_code
+from rltrans.run import building, payload_spaces, setup
+from rltrans.spaces import SpaceMismatchError, check_same_spaces
 
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 DATASET_ID = re.compile(r"([\w.-]+/)+[\w.-]+-v\d+")  # namespace(s)/name-vN
-
-
-class BoundPolicy:
-    """A loaded rltrans policy with its acting options fixed, for `collect_episodes`."""
-
-    def __init__(
-        self, policy: Any, deterministic: bool | None, target_return: float | None
-    ) -> None:
-        self.policy = policy
-        self.act_kwargs = {} if deterministic is None else {"deterministic": deterministic}
-        self.state_kwargs = {} if target_return is None else {"target_return": target_return}
-
-    def initial_state(self, num_envs: int) -> Any:
-        """The policy's fresh state (a return-conditioned one aims at target_return)."""
-        return self.policy.initial_state(num_envs, **self.state_kwargs)
-
-    def act(self, obs: np.ndarray, state: Any, done: np.ndarray) -> tuple[np.ndarray, Any]:
-        """Actions (N, ...) from the policy with the bound options."""
-        return self.policy.act(obs, state, done, **self.act_kwargs)
-
-    def observe(self, state: Any, rewards: np.ndarray) -> Any:
-        """Rewards (N,) of the last step (a return-to-go counts them down)."""
-        return self.policy.observe(state, rewards)
 
 
 def _import_policy(path: str) -> Any:
@@ -78,10 +57,13 @@ def _import_policy(path: str) -> Any:
         obj = getattr(obj, part)
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "act")):
         obj = obj()
-    if not (callable(getattr(obj, "act", None)) and callable(getattr(obj, "initial_state", None))):
+    methods = ("initial_state", "act", "observe")
+    missing = [m for m in methods if not callable(getattr(obj, m, None))]
+    if missing:
         raise ConfigError(
-            f"policy={path} gives {type(obj).__name__}, which lacks initial_state(n) and "
-            f"act(obs, state, done)"
+            f"policy={path} gives {type(obj).__name__}, which lacks {', '.join(missing)}; a "
+            f"policy has initial_state(n), act(obs, state, done, deterministic=) -> "
+            f"(rltrans.types.ActOutput, state) and observe(state, reward)"
         )
     return obj
 
@@ -126,27 +108,38 @@ def _spec_from_env_config(env_cfg: dict[str, Any]) -> EnvSpec:
     )
 
 
-def _checkpoint_policy(cfg: DictConfig, device: Any) -> tuple[BoundPolicy, str, dict[str, Any]]:
-    """A saved rltrans policy with collect's acting options, its name and its env config."""
-    from rltrans.policy import ReturnConditionedPolicy, load_policy, resolve_checkpoint
+def _checkpoint_policy(cfg: DictConfig, device: Any) -> tuple[Any, str, dict[str, Any]]:
+    """A saved rltrans agent, its name, its env config, its spaces and its initial-state
+    arguments (a return-conditioned policy's target)."""
+    from rltrans.checkpoint import load_checkpoint
+    from rltrans.policy import agent_from_checkpoint, resolve_checkpoint
 
     path = resolve_checkpoint(str(cfg.policy))
-    loaded = load_policy(path, device)
-    if cfg.target_return is not None and not isinstance(loaded, ReturnConditionedPolicy):
+    payload = load_checkpoint(path, map_location=device)
+    agent, entry = agent_from_checkpoint(payload, device)
+    config = payload["config"]
+    if cfg.target_return is not None and not entry.return_conditioned:
         raise ConfigError(
             f"target_return applies to return-conditioned policies (agent=dt|bc); {path} "
-            f"was trained with algo.kind={loaded.config['algo']['kind']!r}"
+            f"holds agent.kind={config['agent'].get('kind', 'memory')!r}"
         )
-    bound = BoundPolicy(loaded, cfg.deterministic, cfg.target_return)
-    return bound, f"rltrans checkpoint {path}", loaded.config["env"]
+    env = payload.get("eval_env") or config["env"]  # offline runs record the env they used
+    info: dict[str, Any] = {"env": env, "spaces": payload_spaces(payload)}
+    info["deterministic"] = True
+    if entry.return_conditioned:
+        targets = payload.get("eval_targets") or [payload.get("dataset", {}).get("max_return")]
+        info["target"] = max(targets) if cfg.target_return is None else cfg.target_return
+        info["deterministic"] = bool(config.get("algo", {}).get("eval_deterministic", False))
+    return agent, f"rltrans checkpoint {path}", info
 
 
-def resolve_policy(cfg: DictConfig, device: Any) -> tuple[Any, EnvSpec, str]:
-    """(policy or None for random, the env spec to collect in, a description of the policy)."""
+def resolve_policy(cfg: DictConfig, device: Any) -> tuple[Any, EnvSpec, str, dict[str, Any]]:
+    """(policy or None for random, the env spec to collect in, a description of the policy,
+    what a checkpoint policy needs to act: its target and default deterministic flag)."""
     from rltrans.envs.gym_vec import resolve_env_spec
 
     source = str(cfg.policy)
-    env_spec = None
+    env_spec, info = None, {}
     if cfg.env_id is not None:
         try:
             env_spec = resolve_env_spec(str(cfg.env_id))[2]
@@ -159,28 +152,32 @@ def resolve_policy(cfg: DictConfig, device: Any) -> tuple[Any, EnvSpec, str]:
     elif IMPORT_PATH.fullmatch(source) and not Path(source).exists():
         policy, name = _import_policy(source), source
     else:
-        policy, name, env_cfg = _checkpoint_policy(cfg, device)
+        policy, name, info = _checkpoint_policy(cfg, device)
         if env_spec is None:  # the training env, when it is a registered Gymnasium env
-            env_spec = _spec_from_env_config(env_cfg)
-        _check_spaces(policy.policy, env_spec)
+            check_env_code(info["env"], cfg.trust_env_code)
+            with building("env"):
+                env_spec = _spec_from_env_config(info["env"])
+        _check_spaces(info["spaces"], env_spec)
     if env_spec is None:
         raise ConfigError(f"policy={source} needs env_id=<Gymnasium id> (e.g. CartPole-v1)")
     if cfg.max_episode_steps is not None:
         env_spec = dataclasses.replace(env_spec, max_episode_steps=int(cfg.max_episode_steps))
-    return policy, env_spec, name
+    return policy, env_spec, name, info
 
 
-def _check_spaces(policy: Any, spec: EnvSpec) -> None:
+def _check_spaces(spaces: tuple[gym.Space, gym.Space], spec: EnvSpec) -> None:
     """Clear error when the collection env's spaces differ from the policy's."""
-    probe = gym.make(spec)
+    with building("env"):
+        probe = gym.make(spec)
     try:
-        for what in ("observation_space", "action_space"):
-            ours, theirs = space_to_dict(getattr(policy, what)), space_to_dict(getattr(probe, what))
-            if ours != theirs:
-                raise ConfigError(
-                    f"the policy acts on {what.replace('_', ' ')} {describe(ours)} but env "
-                    f"{spec.id} has {describe(theirs)}; choose an env_id with the same spaces"
-                )
+        check_same_spaces(
+            spaces,
+            (probe.observation_space, probe.action_space),
+            expected_label="the policy acts on",
+            actual_label=f"env {spec.id} has",
+        )
+    except SpaceMismatchError as err:
+        raise ConfigError(f"{err}; choose an env_id with the same spaces") from None
     finally:
         probe.close()
 
@@ -198,7 +195,8 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
     from minari.dataset.minari_dataset import parse_dataset_id
     from minari.storage.datasets_root_dir import get_dataset_path
 
-    from rltrans.envs.minari_data import collect_episodes, write_minari
+    from rltrans.envs.minari_data import write_minari
+    from rltrans.runtime.collection import collect_episodes
 
     if cfg.dataset_id is None:
         raise ConfigError("dataset_id=<namespace/name-vN> is required, e.g. rltrans/cartpole-v0")
@@ -213,10 +211,13 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
     path = Path(get_dataset_path(str(cfg.dataset_id)))
     if path.exists() and not cfg.overwrite:  # fail before collecting, not after
         raise ConfigError(f"dataset {cfg.dataset_id} exists at {path}; pass overwrite=true")
-    device = select_device(cfg.device)
-    seed_everything(cfg.seed)
-    policy, spec, name = resolve_policy(cfg, device)
+    device = setup(cfg)
+    policy, spec, name, info = resolve_policy(cfg, device)
     epsilons = _epsilons(cfg)
+    deterministic = cfg.deterministic
+    if deterministic is None:  # the policy's default
+        deterministic = info.get("deterministic", False)
+    n = cfg.num_envs
 
     # Episodes split evenly over the epsilon values, each part with its own seeds.
     episodes = []
@@ -230,7 +231,10 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
             episodes=count,
             epsilon=eps if policy is not None else 0.0,
             seed=cfg.seed + 100_003 * i,  # disjoint env seeds per part
-            num_envs=min(cfg.num_envs, count),
+            num_envs=min(n, count),
+            deterministic=bool(deterministic),
+            device=device,
+            state=_initial_state(policy, min(n, count), info.get("target"), device),
             progress=cfg.progress,
         )
     mix = f" with epsilon {epsilons if len(epsilons) > 1 else epsilons[0]}" if policy else ""
@@ -261,6 +265,15 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
         "min_return": float(returns.min()),
         "max_return": float(returns.max()),
     }
+
+
+def _initial_state(policy: Any, num_envs: int, target: float | None, device: Any) -> Any:
+    """A return-conditioned checkpoint policy's state aiming at ``target``; else the default."""
+    if target is None:
+        return None
+    import torch
+
+    return policy.initial_state(num_envs, torch.full((num_envs,), float(target), device=device))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,22 +1,39 @@
-"""Config loading for the command-line tools: Hydra composition with friendly errors and --help.
+"""Config loading for the command-line tools: Hydra composition, validation and --help.
 
-The YAML files in ``configs/`` are the documentation: every knob carries a
-comment where it is defined, and ``--help`` prints them. Composition uses
-Hydra's compose API, so a run never changes the working directory or the
-logging setup.
+The YAML files in ``configs/`` are the documentation: every knob carries a comment where
+it is defined, and ``--help`` prints the files of the chosen options. Composition uses
+Hydra's compose API, so a run never changes the working directory or the logging setup.
+Every composed config is checked against :mod:`rltrans.schema` before a run builds
+anything: a bad value, an unknown key or a bad group choice exits with code 2 and one
+line per problem.
+
+Overrides: ``key=value`` sets a knob; a mapping value merges into the YAML's mapping, and
+the keyword-argument mappings (``env.kwargs``, ``agent.encoder``) also take new keys
+(``env.kwargs={render_mode: rgb_array}``); ``+key=value`` adds a knob an option's YAML
+leaves out; ``~key`` removes an agent knob (its builder's default applies).
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
+import functools
 import re
 import sys
 from collections.abc import Callable
 from importlib.resources import files
 from importlib.resources.abc import Traversable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 CONFIG_PACKAGE = "rltrans.configs"  # the top-level configs/ folder, installed as package data
+OVERRIDE_SYNTAX = """\
+Overrides: key=value sets a knob. A mapping value merges into the YAML's mapping, and the
+keyword mappings (env.kwargs, agent.encoder) take new keys: env.kwargs={render_mode: rgb_array}.
++key=value adds a knob the option's YAML leaves out; ~key removes an agent knob.
+A bad value, unknown key or group choice exits with code 2 before anything is built."""
+PLAIN_SYNTAX = "Overrides: key=value sets a knob; a bad value or unknown key exits with code 2."
 
 
 def config_root() -> Traversable:
@@ -25,7 +42,7 @@ def config_root() -> Traversable:
 
 
 class ConfigError(ValueError):
-    """A bad group choice, unknown key or malformed override, explained for the user."""
+    """A bad group choice, unknown key, bad value or malformed override, explained for the user."""
 
 
 def group_options(group: str) -> list[str]:
@@ -36,61 +53,223 @@ def group_options(group: str) -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def _valid_keys(config_name: str, full_key: str, overrides: list[str]) -> list[str]:
-    """Keys that exist at the parent of ``full_key`` in the config without the bad override."""
-    groups = [o for o in overrides if o.split("=")[0] in {"agent", "env", "algo", "dataset"}]
-    cfg = _compose(config_name, groups)
-    node = cfg
-    for part in full_key.split(".")[:-1]:
-        node = node.get(part) if isinstance(node, DictConfig) else None
-    return sorted(node.keys()) if isinstance(node, DictConfig) else []
+def config_groups() -> list[str]:
+    """The config groups (sub-folders of configs/)."""
+    root = config_root()
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("__"))
 
 
-def _compose(config_name: str, overrides: list[str]) -> DictConfig:
+def _compose(config_name: str, overrides: list[str], hydra: bool = False) -> DictConfig:
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3", job_name="rltrans"):
-        return compose(config_name, overrides=overrides)
+        return compose(config_name, overrides=overrides, return_hydra_config=hydra)
 
 
-def load_config(overrides: list[str], config_name: str = "train") -> DictConfig:
-    """Compose configs/<config_name>.yaml with ``key=value`` overrides, or raise ConfigError."""
+def _hydra_error(err: Exception) -> ConfigError:
+    """Hydra's exception as a ConfigError (a bad group choice lists the valid ones)."""
+    message = str(err)
+    group = re.search(r"Could not find '(\w+)/([^']+)'", message)
+    if group:
+        name, choice = group.groups()
+        return ConfigError(
+            f"unknown {name} {choice!r}; valid choices: {', '.join(group_options(name))}"
+        )
+    missing = re.search(r"Could not override '([^']+)'", message)
+    if missing:
+        return ConfigError(f"unknown config key {missing.group(1)!r}")
+    # Hydra appends a link to its grammar page; the message itself says what is wrong.
+    return ConfigError("\n".join(ln for ln in message.strip().splitlines() if "https://" not in ln))
+
+
+@functools.lru_cache(maxsize=32)
+def _defaults(config_name: str, groups: tuple[str, ...]) -> DictConfig:
+    """The config for these group choices without value overrides: the keys and their types."""
     try:
-        return _compose(config_name, overrides)
+        return _compose(config_name, list(groups))
     except Exception as err:  # Hydra raises several exception types; all become ConfigError
-        message = str(err)
-        missing = re.search(r"Could not override '([^']+)'", message)
-        if missing:
-            full_key = missing.group(1)
-            valid = _valid_keys(config_name, full_key, overrides)
-            raise ConfigError(
-                f"unknown config key {full_key!r}; valid keys here: {', '.join(valid)}"
-            ) from None
-        group = re.search(r"Could not find '(\w+)/([^']+)'", message)
-        if group:
-            name, choice = group.groups()
-            raise ConfigError(
-                f"unknown {name} {choice!r}; valid choices: {', '.join(group_options(name))}"
-            ) from None
-        raise ConfigError(message.strip()) from None
+        raise _hydra_error(err) from None
 
 
-def config_help(config_name: str = "train") -> str:
-    """The commented YAML of the root config and the options of every group, for --help."""
-    root = config_root()
-    lines = [(root / f"{config_name}.yaml").read_text().rstrip(), ""]
+def _parse(overrides: list[str]) -> list[Any]:
+    """Hydra's parsed overrides (key, type, value), or ConfigError for a malformed one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except Exception as err:
+        raise _hydra_error(err) from None
+
+
+def _is_group(override: Any) -> bool:
+    return "." not in override.key_or_group and override.key_or_group in config_groups()
+
+
+def _lookup(node: Any, key: str) -> tuple[Any, list[str]]:
+    """(the value at a dotted key or None, the path of the deepest existing ancestor)."""
+    path: list[str] = []
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return None, path
+        node, path = node[part], [*path, part]
+    return node, path
+
+
+def _exists(cfg: DictConfig, key: str) -> bool:
+    """Whether a dotted key is in the config (its value may be null)."""
+    return len(_lookup(cfg, key)[1]) == key.count(".") + 1
+
+
+def _all_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of a config, mappings included."""
+    keys = []
+    for name, value in node.items():
+        keys.append(f"{prefix}{name}")
+        if isinstance(value, DictConfig):
+            keys += _all_keys(value, f"{prefix}{name}.")
+    return keys
+
+
+@functools.cache
+def _option_keys(config_name: str) -> dict[str, str]:
+    """Every key some group option defines -> the first options that do (``algo=offline``)."""
     if config_name != "train":
-        return "\n".join(lines)
-    groups = sorted(
-        (p for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"), key=lambda p: p.name
-    )
-    for group_dir in groups:
-        lines.append(f"== {group_dir.name}=<option> ==")
-        for option in group_options(group_dir.name):
-            first = (group_dir / f"{option}.yaml").read_text().splitlines()[0]
-            lines.append(f"  {option:20s} {first.lstrip('# ').strip()}")
+        return {}
+    found: dict[str, list[str]] = {}
+    for group in config_groups():
+        for option in group_options(group):
+            node = OmegaConf.create((config_root() / group / f"{option}.yaml").read_text())
+            node.pop("defaults", None)
+            for key in _all_keys(node, f"{group}."):
+                found.setdefault(key, []).append(f"{group}={option}")
+    return {k: " or ".join(v[:3]) + (" ..." if len(v) > 3 else "") for k, v in found.items()}
+
+
+def _unknown(key: str, defaults: DictConfig, config_name: str) -> str:
+    """An unknown key, the near misses of it and the keys valid at its place."""
+    from rltrans.schema import agent_knob_names, unknown_key
+
+    _, path = _lookup(defaults, key)
+    parent = OmegaConf.select(defaults, ".".join(path)) if path else defaults
+    # A key given without its section (dqn_replay.root), or a typo of a sibling (rooot).
+    near = [k for k in _all_keys(defaults) if k.endswith("." + key)]
+    prefix, last = "".join(f"{p}." for p in path), key.split(".")[len(path)]
+    siblings = [str(k) for k in parent]
+    near = near or [prefix + k for k in difflib.get_close_matches(last, siblings, cutoff=0.8)]
+    elsewhere = {} if near else _option_keys(config_name)
+    near = near or [f"{k} ({elsewhere[k]})" for k in elsewhere if k.endswith("." + key)]
+    why = f" (did you mean {' or '.join(near)}?)" if near else ""
+    if key in elsewhere:
+        why += f" ({elsewhere[key]} defines it)"
+    if path == ["agent"] and key.count(".") == 1 and config_name == "train":
+        knobs = agent_knob_names(OmegaConf.to_container(defaults.agent))  # type: ignore[arg-type]
+        if knobs and last in knobs:  # a knob of this agent that its YAML leaves at the default
+            why += f" (this option's YAML leaves it out; add it with +{key}=<value>)"
+    return unknown_key(key, siblings, why)
+
+
+def _check_key(key: str, value: Any, defaults: DictConfig, config_name: str) -> str | None:
+    """A problem with setting ``key`` to ``value``: an unknown key, or a mapping value with a
+    key the YAML's mapping lacks (a keyword mapping takes any: see rltrans.schema)."""
+    from rltrans.schema import keyword_mappings
+
+    for mapping in keyword_mappings(config_name):
+        if key == mapping or key.startswith(mapping + "."):
+            return None if _exists(defaults, mapping) else _unknown(key, defaults, config_name)
+    node, _ = _lookup(defaults, key)
+    if not _exists(defaults, key):
+        return _unknown(key, defaults, config_name)
+    if isinstance(node, DictConfig) and isinstance(value, dict):
+        for name, item in value.items():
+            problem = _check_key(f"{key}.{name}", item, defaults, config_name)
+            if problem:
+                return problem
+    return None
+
+
+def _check_override(
+    override: Any, defaults: DictConfig, config_name: str
+) -> tuple[str | None, str | None]:
+    """(a problem or None, the override to compose or None to drop it)."""
+    from rltrans.schema import keyword_mappings
+
+    text, key = override.input_line, override.key_or_group
+    problem = _check_key(key, override.value(), defaults, config_name)
+    for mapping in keyword_mappings(config_name):
+        below = key == mapping or key.startswith(mapping + ".")
+        if not problem and below and _exists(defaults, mapping):
+            return None, "++" + text  # a keyword mapping takes new keys: add or override
+    return problem, None if problem else text
+
+
+def load_config(
+    overrides: list[str], config_name: str = "train", validate: bool = True
+) -> DictConfig:
+    """Compose configs/<config_name>.yaml with ``key=value`` overrides and check every key
+    (``validate``: values too), or raise ConfigError listing every problem at once."""
+    from hydra.core.override_parser.types import OverrideType
+
+    parsed = _parse(overrides)
+    groups = tuple(o.input_line for o in parsed if _is_group(o))
+    defaults = _defaults(config_name, groups)
+    problems, kept = [], []
+    for override in parsed:
+        if _is_group(override) or override.type is not OverrideType.CHANGE:
+            kept.append(override.input_line)
+            continue
+        problem, text = _check_override(override, defaults, config_name)
+        problems += [problem] if problem else []
+        kept += [text] if text else []
+    try:
+        cfg = _compose(config_name, kept)
+    except Exception as err:  # Hydra raises several exception types; all become ConfigError
+        raise ConfigError("\n".join([*problems, str(_hydra_error(err))])) from None
+    if validate:
+        from rltrans.schema import check_config
+
+        problems += check_config(cfg, defaults, config_name)
+    if problems:
+        raise ConfigError(format_problems(problems))
+    return cfg
+
+
+def format_problems(problems: list[str]) -> str:
+    """One problem as it is; several as a count and one indented line each."""
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} config problems:\n  " + "\n  ".join(problems)
+
+
+def default_config(config_name: str = "train", groups: tuple[str, ...] = ()) -> DictConfig:
+    """The config of these group choices (``("agent=dt",)``) without value overrides (a copy:
+    the cached one types every later composition)."""
+    return copy.deepcopy(_defaults(config_name, tuple(groups)))
+
+
+def config_help(config_name: str = "train", overrides: list[str] | tuple[str, ...] = ()) -> str:
+    """--help: the commented YAML of the root config and of the chosen group options (the
+    defaults, or those named in ``overrides``), then every group's options."""
+    root = config_root()
+    lines = [f"== configs/{config_name}.yaml ==", (root / f"{config_name}.yaml").read_text()]
+    groups = config_groups() if config_name == "train" else []
+    if groups:
+        picked = [o.input_line for o in _parse(list(overrides)) if _is_group(o)]
+        try:
+            choices = _compose(config_name, picked, hydra=True).hydra.runtime.choices
+        except Exception as err:
+            raise _hydra_error(err) from None
+        for group in groups:
+            option = choices.get(group)
+            lines.append(f"== {group}={option} (configs/{group}/{option}.yaml) ==")
+            lines.append((root / group / f"{option}.yaml").read_text())
+        for group in groups:
+            lines.append(f"== {group}=<option>   (configs/{group}/; * = shown above) ==")
+            for option in group_options(group):
+                first = (root / group / f"{option}.yaml").read_text().splitlines()[0]
+                mark = "*" if option == choices.get(group) else " "
+                lines.append(f"  {mark} {option:18s} {first.lstrip('# ').strip()}")
         lines.append("")
-    lines.append("Show one option's knobs: python -m rltrans.train <group>=<option> --cfg")
+    lines.append(OVERRIDE_SYNTAX if groups else PLAIN_SYNTAX)
     return "\n".join(lines)
 
 
@@ -101,22 +280,25 @@ def to_container(cfg: DictConfig) -> dict:
 
 def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -> int:
     """Shared body of the command-line tools: ``--help``, ``--cfg``, config errors and the
-    one-line JSON summary. ``run(cfg) -> summary``; exit code 2 for a user error, 1 when the
-    summary's status is not "finished", else 0."""
-    from rltrans.checkpoint import CheckpointError, CheckpointMismatchError
+    one-line JSON summary. ``run(cfg) -> summary`` gets a config that passed
+    :func:`load_config`'s checks; exit code 2 for a user error, 1 when the summary's status
+    is not "finished", else 0."""
+    from rltrans.checkpoint import CheckpointError
     from rltrans.logging import print_summary
+    from rltrans.spaces import SpaceMismatchError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in argv or "-h" in argv:
-        print(doc.strip() + "\n\n" + config_help(config_name))
-        return 0
+    overrides = [a for a in argv if a not in ("--cfg", "--help", "-h")]
     try:
-        cfg = load_config([a for a in argv if a != "--cfg"], config_name)
+        if "--help" in argv or "-h" in argv:
+            print(doc.strip() + "\n\n" + config_help(config_name, overrides))
+            return 0
+        cfg = load_config(overrides, config_name)  # every bad value stops here, before run()
         if "--cfg" in argv:
             print(OmegaConf.to_yaml(cfg))
             return 0
         summary = run(cfg)
-    except (ConfigError, FileNotFoundError, CheckpointError, CheckpointMismatchError) as err:
+    except (ConfigError, FileNotFoundError, CheckpointError, SpaceMismatchError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print_summary(summary)

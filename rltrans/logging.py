@@ -1,6 +1,6 @@
 """Run logging: TensorBoard scalars under stable names, episode statistics, progress, summary.
 
-Metric names follow CleanRL (STYLE.md item 11) and are written verbatim:
+Metric names follow CleanRL's and are written verbatim:
 `charts/episodic_return`, `losses/policy`, `perf/env_ms`, ...
 
 Example:
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-# Standard prefixes and names (STYLE.md item 11).
+# Standard prefixes and names (as CleanRL logs them).
 CHARTS = "charts/"
 LOSSES = "losses/"
 PERF = "perf/"
@@ -87,14 +87,22 @@ class MetricLogger:
         ...     final = logger.summary()  # {"losses/policy": ..., "perf/env_ms": 3.2}
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str], *, use_tensorboard: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        use_tensorboard: bool = True,
+        purge_step: int | None = None,
+    ) -> None:
+        """``purge_step``: a resumed run's checkpoint step; TensorBoard hides the events an
+        interrupted process wrote after it, so no step appears twice with two values."""
         self.run_dir = Path(run_dir)
         self._writer: Any = None
         if use_tensorboard:
             # Imported here: tensorboard takes about a second to import and is optional at runtime.
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(log_dir=str(self.run_dir / "tb"))
+            self._writer = SummaryWriter(log_dir=str(self.run_dir / "tb"), purge_step=purge_step)
         self._latest: dict[str, float] = {}
         self._last_step: dict[str, int] = {}
         self._closed = False
@@ -267,6 +275,22 @@ class EpisodeTracker:
         """Fraction of recent episodes that reported success, or None if none reported it."""
         return float(np.mean(self._successes)) if self._successes else None
 
+    def state_dict(self) -> dict[str, Any]:
+        """The window and the count, as plain lists (checkpoint-safe)."""
+        return {
+            "returns": list(self._returns),
+            "lengths": list(self._lengths),
+            "successes": list(self._successes),
+            "episodes_seen": self.episodes_seen,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (a resumed run logs the same window means)."""
+        self._returns.extend(state["returns"])
+        self._lengths.extend(state["lengths"])
+        self._successes.extend(state["successes"])
+        self.episodes_seen = int(state["episodes_seen"])
+
     def metrics(self) -> dict[str, float]:
         """Window means under the standard chart names, for the metrics seen so far."""
         values = {
@@ -314,9 +338,12 @@ class ProgressBar:
         *,
         every_s: float | None = None,
         stream: TextIO | None = None,
+        initial: int = 0,
     ) -> None:
+        """``initial``: units done before this process (a resumed run); they count towards
+        the position but not towards the rate or the ETA."""
         self.total, self.desc, self.unit = total, desc, unit
-        self.n = 0
+        self.n = self.initial = initial
         self._stream = stream if stream is not None else sys.stderr
         if every_s is None:
             every_s = float(os.environ.get("RLTRANS_PROGRESS_EVERY_S", "30"))
@@ -333,16 +360,17 @@ class ProgressBar:
             dynamic_ncols=True,
             file=self._stream,
             disable=not self.interactive,
+            initial=initial,
         )
         self._postfix: dict[str, str] = {}
         self._start = self._last_time = time.monotonic()
-        self._last_n = 0
+        self._last_n = initial
         self._closed = False
 
     @property
     def sps(self) -> float:
-        """Average units per second since the bar was created."""
-        return self.n / max(time.monotonic() - self._start, 1e-9)
+        """Average units per second done by this process since the bar was created."""
+        return (self.n - self.initial) / max(time.monotonic() - self._start, 1e-9)
 
     def update(self, n: int = 1, **postfix: Any) -> None:
         """Advance by `n` units and show `postfix` values (e.g. `ret=tracker.mean_return`)."""

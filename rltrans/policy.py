@@ -1,18 +1,22 @@
 """Saved policies for use from Python: ``rltrans.load_policy(path)``.
 
->>> policy = load_policy("runs/my-run/checkpoints/last.pt")     # doctest: +SKIP
+>>> policy = load_policy("runs/my-run")                           # doctest: +SKIP
 >>> state = policy.initial_state(1)                              # doctest: +SKIP
->>> action, state = policy.act(obs[None], state)                 # doctest: +SKIP
+>>> action, state = policy.act(obs, state)                       # doctest: +SKIP
 
-Return-conditioned policies (agent=dt|bc, trained offline) take the return to aim for, and
-count the rewards they receive down from it (Chen et al. 2021, Algorithm 1):
+Observations may be one observation (no batch axis; the action comes back without one too,
+as Stable-Baselines3's ``predict``) or a batch (N, ...); NumPy in, NumPy out; torch in,
+torch out. Return-conditioned policies (agent=dt|bc, trained offline) take the return to aim
+for and count the rewards they receive down from it (Chen et al. 2021, Algorithm 1):
 
 >>> dt = load_policy("runs/dt-run")                              # doctest: +SKIP
 >>> state = dt.initial_state(1, target_return=500.0)             # doctest: +SKIP
->>> action, state = dt.act(obs[None], state, done)               # doctest: +SKIP
->>> state = dt.observe(state, reward[None])                      # doctest: +SKIP
+>>> action, state = dt.act(obs, state, done)                     # doctest: +SKIP
+>>> state = dt.observe(state, reward)                            # doctest: +SKIP
 
-The class is picked once from the checkpoint's ``algo.kind`` (:data:`POLICY_CLASSES`).
+Loading builds the agent through :mod:`rltrans.registry` from the checkpoint's plain config
+and loads its tensors with ``torch.load(weights_only=True)``: nothing in the file is imported
+or called.
 """
 
 from __future__ import annotations
@@ -23,19 +27,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from minari.serialization import deserialize_space, serialize_space
 
 from rltrans.checkpoint import CheckpointError, load_checkpoint
+from rltrans.config import ConfigError
+from rltrans.registry import AgentEntry, RegistryError, agent_entry, build_agent
+from rltrans.run import payload_spaces, set_threads
 from rltrans.spaces import obs_to_tensor
 from rltrans.types import Tree, tree_leaves
-
-
-def spaces_payload(observation_space: gym.Space, action_space: gym.Space) -> dict[str, str]:
-    """Exact JSON descriptions of the spaces, so a checkpoint can rebuild its agent alone."""
-    return {
-        "observation_space_json": serialize_space(observation_space),
-        "action_space_json": serialize_space(action_space),
-    }
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -50,105 +48,94 @@ def resolve_checkpoint(path: str | Path) -> Path:
     )
 
 
-def agent_from_checkpoint(payload: dict[str, Any], device: torch.device | str = "cpu"):
-    """Rebuild the agent a checkpoint describes and load its weights."""
+def agent_from_checkpoint(
+    payload: dict[str, Any], device: torch.device | str = "cpu"
+) -> tuple[torch.nn.Module, AgentEntry]:
+    """Rebuild the agent a loaded checkpoint describes (in eval mode), and its registry entry."""
     try:
         agent_cfg = payload["config"]["agent"]
-        obs_space = deserialize_space(payload["observation_space_json"])
-        act_space = deserialize_space(payload["action_space_json"])
         state_dict = payload["model"]
+        entry = agent_entry(agent_cfg)
+        # Build arguments that are not config knobs, e.g. DT's dataset statistics (whose
+        # max_timestep sizes the timestep embedding): saved by the trainer as "agent_kwargs".
+        extra = payload.get("agent_kwargs") or {}
+        agent = build_agent(agent_cfg, *payload_spaces(payload), **extra)
     except KeyError as err:
         raise CheckpointError(
             f"checkpoint lacks {err}; it was not written by rltrans.train"
         ) from None
-    # Build arguments that are not config knobs, e.g. DT's dataset statistics (whose
-    # max_timestep sizes the timestep embedding): saved by the trainer as "agent_kwargs".
-    extra = payload.get("agent_kwargs") or {}
-    from rltrans.registry import RegistryError, build_agent
-
-    try:
-        agent = build_agent(agent_cfg, obs_space, act_space, **extra)
     except RegistryError as err:
         raise CheckpointError(f"checkpoint config: {err}") from None
     agent.load_state_dict(state_dict)
-    return agent.to(device).eval()
+    return agent.to(device).eval(), entry
+
+
+def check_env_code(env_cfg: Any, trust: bool) -> None:
+    """Refuse a checkpoint's env config that would import or call code outside gymnasium,
+    ale-py and rltrans (an ``env.id`` module prefix, wrapper paths) unless ``trust``."""
+    from rltrans.envs import untrusted_code
+
+    found = untrusted_code(env_cfg)
+    if found and not trust:
+        raise ConfigError(
+            f"the checkpoint's env config names code to import ({'; '.join(found)}); rltrans "
+            f"runs no code named by a file. If you trust this checkpoint, pass "
+            f"trust_env_code=true, or choose the env yourself with env_id=<Gymnasium id>"
+        )
+
+
+def _as_batch(obs: Any, space: gym.Space) -> tuple[Any, bool]:
+    """(obs with a batch axis, whether one was added); names the space on a shape mismatch."""
+    if not isinstance(space, gym.spaces.Box | gym.spaces.Discrete):
+        return obs, False  # containers: batched as given
+    shape = tuple(obs.shape) if hasattr(obs, "shape") else np.shape(obs)
+    if shape == space.shape:
+        return obs[None], True
+    if shape[1:] != space.shape:
+        raise ValueError(
+            f"observation of shape {shape} does not fit the policy's observation space {space}: "
+            f"pass one observation of shape {space.shape} or a batch (N, *{space.shape})"
+        )
+    return obs, False
 
 
 class Policy:
-    """A trained agent behind a NumPy-or-torch acting API with explicit per-env state."""
+    """A trained agent behind a NumPy-or-torch acting API with explicit per-env state.
 
-    def __init__(self, agent: torch.nn.Module, config: dict[str, Any]) -> None:
+    ``deterministic`` defaults to the mode action (memory policies) or to the training run's
+    ``algo.eval_deterministic`` (return-conditioned ones; DT's Atari code samples).
+    ``target_return`` (return-conditioned policies) defaults to the largest target the
+    training run evaluated, else the best return in its dataset.
+    """
+
+    def __init__(
+        self,
+        agent: torch.nn.Module,
+        config: dict[str, Any],
+        *,
+        return_conditioned: bool = False,
+        target_return: float | None = None,
+    ) -> None:
         self.agent, self.config = agent, config
         self.observation_space = agent.observation_space
         self.action_space = agent.action_space
+        self.return_conditioned = return_conditioned
+        self.target_return = target_return
+        default = config.get("algo", {}).get("eval_deterministic", False)
+        self.deterministic = bool(default) if return_conditioned else True
 
     @property
     def device(self) -> torch.device:
         """Device of the agent's parameters."""
         return next(self.agent.parameters()).device
 
-    def initial_state(self, num_envs: int) -> Tree:
-        """Fresh memory for ``num_envs`` environments."""
-        return self.agent.initial_state(num_envs)
-
-    def act(
-        self, obs: Any, state: Tree, done: Any = None, *, deterministic: bool = True
-    ) -> tuple[Any, Tree]:
-        """Actions for a batch of observations (N, ...); ``done`` (N,) marks episode starts.
-
-        NumPy in, NumPy out (in the env's action format); torch in, torch out.
-        """
-        as_numpy = not isinstance(obs, torch.Tensor)
-        x = obs_to_tensor(obs, self.observation_space, self.device)
-        n = tree_leaves(x)[0].shape[0]
-        if done is None:
-            done = torch.zeros(n, dtype=torch.bool, device=self.device)
-        done = torch.as_tensor(np.asarray(done) if as_numpy else done, device=self.device).bool()
-        out, state = self.agent.act(x, state, done, deterministic=deterministic)
-        head = self.agent.policy
-        action = head.env_action(out.action) if as_numpy else head.env_action_tensor(out.action)
-        return action, state
-
-    def observe(self, state: Tree, reward: Any) -> Tree:
-        """Fold in the rewards (N,) of the last step; memory policies do not use them."""
-        return state
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any], device: torch.device | str = "cpu") -> Policy:
-        """The policy a loaded checkpoint payload describes."""
-        return cls(agent_from_checkpoint(payload, device), payload["config"])
-
-
-class ReturnConditionedPolicy(Policy):
-    """A Decision Transformer (or its BC baseline) conditioned on a target return per env.
-
-    ``initial_state(n, target_return=...)`` sets the return each env's episodes aim for
-    (default :attr:`target_return`: the evaluation target the checkpoint recorded, else the
-    best return in its dataset). Pass each step's rewards to :meth:`observe` (or as
-    ``act(..., reward=...)``) so the return-to-go counts down; BC ignores the target.
-    Discrete actions are sampled unless ``deterministic=True`` (the default follows the
-    training run's ``algo.eval_deterministic``; DT's Atari code samples).
-    """
-
-    def __init__(
-        self, agent: torch.nn.Module, config: dict[str, Any], target_return: float | None = None
-    ) -> None:
-        super().__init__(agent, config)
-        self.target_return = target_return
-        self.deterministic = bool(config.get("algo", {}).get("eval_deterministic", False))
-
-    @classmethod
-    def from_payload(
-        cls, payload: dict[str, Any], device: torch.device | str = "cpu"
-    ) -> ReturnConditionedPolicy:
-        """The policy of an offline checkpoint; its default target is the largest recorded one."""
-        targets = payload.get("eval_targets") or []
-        best = payload.get("dataset", {}).get("max_return")
-        default = max(targets) if targets else best
-        return cls(agent_from_checkpoint(payload, device), payload["config"], default)
-
     def initial_state(self, num_envs: int, target_return: Any = None) -> Tree:
-        """Empty contexts for ``num_envs`` envs aiming at ``target_return`` (one value or (N,))."""
+        """Fresh state for ``num_envs`` envs; a return-conditioned policy aims at
+        ``target_return`` (one value or one per env)."""
+        if not self.return_conditioned:
+            if target_return is not None:
+                raise ValueError("target_return applies to return-conditioned policies (DT/BC)")
+            return self.agent.initial_state(num_envs)
         target = self.target_return if target_return is None else target_return
         if target is None:
             raise ValueError(
@@ -168,41 +155,52 @@ class ReturnConditionedPolicy(Policy):
         reward: Any = None,
         deterministic: bool | None = None,
     ) -> tuple[Any, Tree]:
-        """Actions for obs (N, ...); ``reward`` (N,), if given, is the previous step's reward.
+        """Actions in the env's format for one observation or a batch (N, ...).
 
-        ``done`` (N,) marks envs whose episode starts at ``obs`` (their context restarts from
-        their target). NumPy in, NumPy out; torch in, torch out.
+        ``done`` (N,) marks envs whose episode starts at ``obs`` (default: none); ``reward``
+        (N,), if given, is the previous step's reward (same as calling :meth:`observe`).
         """
         as_numpy = not isinstance(obs, torch.Tensor)
+        obs, single = _as_batch(obs, self.observation_space)
         if reward is not None:
-            state = self.observe(state, reward)
-        if done is not None:
-            done = torch.as_tensor(np.asarray(done) if as_numpy else done, device=self.device)
-        if deterministic is None:
-            deterministic = self.deterministic
-        out, state = self.agent.act(obs, state, done, deterministic=deterministic)
-        return (out.env_action.cpu().numpy() if as_numpy else out.env_action), state
+            state = self.observe(state, np.atleast_1d(reward) if as_numpy else reward)
+        x = obs_to_tensor(obs, self.observation_space, self.device)
+        n = tree_leaves(x)[0].shape[0]
+        if done is None:
+            done = torch.zeros(n, dtype=torch.bool, device=self.device)
+        done = torch.as_tensor(np.atleast_1d(done) if as_numpy else done, device=self.device)
+        mode = self.deterministic if deterministic is None else deterministic
+        out, state = self.agent.act(x, state, done.bool().view(n), deterministic=mode)
+        action = out.env_action[0] if single else out.env_action
+        if as_numpy:
+            array = action.cpu().numpy()
+            action = array.astype(self.action_space.dtype, copy=False)
+        return action, state
 
     def observe(self, state: Tree, reward: Any) -> Tree:
-        """Subtract the rewards (N,) of the last step from each env's return-to-go."""
+        """Fold in the rewards (N,) of the last step (a return-to-go counts them down)."""
         if not isinstance(reward, torch.Tensor):
-            reward = np.asarray(reward, dtype=np.float32)
+            reward = np.atleast_1d(np.asarray(reward, dtype=np.float32))
         return self.agent.observe(state, torch.as_tensor(reward, device=self.device))
 
 
-# Picked once per checkpoint from its algo.kind; online (PPO/IMPALA) agents keep per-env memory.
-POLICY_CLASSES: dict[str, type[Policy]] = {
-    "online": Policy,
-    "offline": ReturnConditionedPolicy,
-}
+def load_policy(
+    path: str | Path, device: torch.device | str = "cpu", torch_threads: int | None = 1
+) -> Policy:
+    """Load a saved rltrans policy (checkpoint file or run directory) for acting.
 
-
-def load_policy(path: str | Path, device: torch.device | str = "cpu") -> Policy:
-    """Load a saved rltrans policy (checkpoint file or run directory) for acting."""
+    ``torch_threads`` sets torch's intra-op threads as training does (small models act
+    fastest on one; None leaves torch's setting alone).
+    """
+    if torch_threads is not None:
+        set_threads(torch_threads)
     payload = load_checkpoint(resolve_checkpoint(path), map_location=device)
-    kind = payload.get("config", {}).get("algo", {}).get("kind", "online")
-    if kind not in POLICY_CLASSES:
-        raise CheckpointError(
-            f"checkpoint has algo.kind={kind!r}; known kinds: {', '.join(POLICY_CLASSES)}"
-        )
-    return POLICY_CLASSES[kind].from_payload(payload, device)
+    agent, entry = agent_from_checkpoint(payload, device)
+    targets = payload.get("eval_targets") or []
+    best = payload.get("dataset", {}).get("max_return")
+    return Policy(
+        agent,
+        payload["config"],
+        return_conditioned=entry.return_conditioned,
+        target_return=max(targets) if targets else best,
+    )

@@ -18,20 +18,31 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+from omegaconf import OmegaConf
 from torch import nn
 
-from rltrans.agents.dt import BehaviorCloning, DecisionTransformer
+from rltrans.agents.dt import build_behavior_cloning, build_decision_transformer
 from rltrans.agents.memory_agent import MemoryAgent
 
-AgentClass = Callable[..., nn.Module]
+AgentBuilder = Callable[..., nn.Module]
 
-_AGENTS: dict[str, AgentClass] = {
-    "memory": MemoryAgent,
-    "dt": DecisionTransformer,
-    "bc": BehaviorCloning,
+
+@dataclass(frozen=True)
+class AgentEntry:
+    """A registered agent: how to build it, and what kind of policy it is."""
+
+    build: AgentBuilder  # (observation_space, action_space, **knobs) -> module
+    return_conditioned: bool = False  # initial_state(n, target_returns); trained offline
+
+
+_AGENTS: dict[str, AgentEntry] = {
+    "memory": AgentEntry(MemoryAgent),
+    "dt": AgentEntry(build_decision_transformer, return_conditioned=True),
+    "bc": AgentEntry(build_behavior_cloning, return_conditioned=True),
 }
 
 # Import paths that rltrans configs and checkpoints used before agents had names.
@@ -50,14 +61,16 @@ class RegistryError(ValueError):
     """An agent config names no registered class, or carries something that could run code."""
 
 
-def register_agent(name: str, cls: AgentClass) -> None:
-    """Make ``cls`` buildable as ``agent.kind=<name>``; it is called as
-    ``cls(observation_space, action_space, **knobs)``."""
+def register_agent(name: str, build: AgentBuilder, *, return_conditioned: bool = False) -> None:
+    """Make ``build`` (a class or function) buildable as ``agent.kind=<name>``; it is called
+    as ``build(observation_space, action_space, **knobs)``. A return-conditioned policy takes
+    ``initial_state(n, target_returns)`` and trains with algo=offline."""
     if not name.isidentifier():
         raise ValueError(f"agent name {name!r} must be an identifier")
-    if name in _AGENTS and _AGENTS[name] is not cls:
-        raise ValueError(f"agent name {name!r} is taken by {_AGENTS[name].__qualname__}")
-    _AGENTS[name] = cls
+    entry = AgentEntry(build, return_conditioned)
+    if name in _AGENTS and _AGENTS[name] != entry:
+        raise ValueError(f"agent name {name!r} is taken by {_AGENTS[name].build.__qualname__}")
+    _AGENTS[name] = entry
 
 
 def registered_agents() -> list[str]:
@@ -65,8 +78,8 @@ def registered_agents() -> list[str]:
     return sorted(_AGENTS)
 
 
-def agent_class(agent_cfg: Mapping[str, Any]) -> AgentClass:
-    """The registered class an agent config names (``kind``, or a legacy ``_target_``)."""
+def agent_entry(agent_cfg: Mapping[str, Any]) -> AgentEntry:
+    """The registered agent a config names (``kind``, or a legacy ``_target_``)."""
     name = agent_cfg.get("kind")
     target = agent_cfg.get("_target_")
     if name is None and target is not None:
@@ -118,5 +131,7 @@ def build_agent(
 
     ``extra`` are build arguments that are not config knobs (a DT's dataset statistics).
     """
-    cls = agent_class(agent_cfg)
-    return cls(observation_space, action_space, **agent_knobs(agent_cfg), **extra)
+    if OmegaConf.is_config(agent_cfg):  # a composed config: plain values from here on
+        agent_cfg = OmegaConf.to_container(agent_cfg, resolve=True)  # type: ignore[assignment]
+    entry = agent_entry(agent_cfg)
+    return entry.build(observation_space, action_space, **agent_knobs(agent_cfg), **extra)

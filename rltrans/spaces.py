@@ -1,4 +1,5 @@
-"""Batched observations -> torch tensors, and the check of which observation spaces can be encoded.
+"""Space utilities: observations -> tensors, which spaces can be encoded, one stored form of a
+space and one compatibility check.
 
 Leaves the library encodes: ``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``; containers
 ``Dict`` and ``Tuple`` of those (nested). Anything else (``Text``, ``Graph``, ``Sequence``,
@@ -8,6 +9,7 @@ error says which part of the observation it is and which wrapper would drop or c
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +25,10 @@ ENCODABLE_LEAVES: tuple[type[spaces.Space], ...] = (
 )
 
 TensorTree = torch.Tensor | dict[str, "TensorTree"] | tuple["TensorTree", ...]
+
+
+class SpaceMismatchError(ValueError):
+    """Two setups (a checkpoint and an env, a dataset and an env, ...) have different spaces."""
 
 
 class UnsupportedSpaceError(ValueError):
@@ -141,3 +147,139 @@ def normalizes_states(space: spaces.Space) -> bool:
     Atari code does); Discrete observations are indices for an embedding.
     """
     return isinstance(space, spaces.Box) and space.dtype != np.uint8
+
+
+def _bound_summary(values: np.ndarray) -> float | int | dict[str, Any]:
+    """One number when a Box bound is uniform, else min/max plus a digest of the exact values."""
+    flat = np.asarray(values).reshape(-1)
+    cast = int if np.issubdtype(flat.dtype, np.integer) else float
+    if flat.size == 0:
+        return {"min": None, "max": None, "digest": ""}
+    if np.all(flat == flat[0]):
+        return cast(flat[0])
+    digest = hashlib.sha1(np.ascontiguousarray(flat, dtype=np.float64).tobytes()).hexdigest()
+    return {"min": cast(flat.min()), "max": cast(flat.max()), "digest": digest[:12]}
+
+
+def space_to_dict(space: spaces.Space) -> dict[str, Any]:
+    """Describe a Gymnasium space as a plain dict that checkpoints and JSON can hold."""
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": _bound_summary(space.low),
+            "high": _bound_summary(space.high),
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": np.asarray(space.nvec).tolist(),
+            "start": np.asarray(space.start).tolist(),
+            "dtype": str(space.dtype),
+        }
+    if isinstance(space, spaces.MultiBinary):
+        n = space.n
+        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else list(np.asarray(n))}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "spaces": {str(k): space_to_dict(v) for k, v in space.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_dict(s) for s in space.spaces]}
+    # Text, Sequence, Graph, OneOf and custom spaces: their repr is the best stable description.
+    return {"type": type(space).__name__, "repr": repr(space)}
+
+
+def _format_bound(bound: Any) -> str:
+    if isinstance(bound, dict):
+        return f"[{bound['min']}..{bound['max']}]"
+    return str(bound)
+
+
+def describe(value: Any) -> str:
+    """Short human-readable text for a `space_to_dict` description (or any value)."""
+    if not (isinstance(value, dict) and "type" in value):
+        text = repr(value)
+        return text if len(text) <= 300 else text[:297] + "..."
+    kind = value["type"]
+    if kind == "Box":
+        shape = tuple(value["shape"])
+        low, high = _format_bound(value["low"]), _format_bound(value["high"])
+        return f"Box({low}, {high}, {shape}, {value['dtype']})"
+    if kind == "Discrete":
+        start = f", start={value['start']}" if value.get("start") else ""
+        return f"Discrete({value['n']}{start})"
+    if kind == "MultiDiscrete":
+        return f"MultiDiscrete({value['nvec']})"
+    if kind == "MultiBinary":
+        return f"MultiBinary({value['n']})"
+    if kind == "Dict":
+        inner = ", ".join(f"{k!r}: {describe(v)}" for k, v in value["spaces"].items())
+        return f"Dict({inner})"
+    if kind == "Tuple":
+        return f"Tuple({', '.join(describe(v) for v in value['spaces'])})"
+    return str(value.get("repr", kind))
+
+
+def _differences(saved: Any, current: Any, path: str, out: list[str]) -> None:
+    """Collect key paths where two plain descriptions differ (list and tuple compare equal)."""
+    saved, current = (x.tolist() if hasattr(x, "tolist") else x for x in (saved, current))
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for key in {**saved, **current}:
+            sub = f"{path}.{key}" if path else str(key)
+            if key in saved and key in current:
+                _differences(saved[key], current[key], sub, out)
+            else:
+                out.append(sub)
+    elif (
+        isinstance(saved, list | tuple)
+        and isinstance(current, list | tuple)
+        and len(saved) == len(current)
+    ):
+        for i, (a, b) in enumerate(zip(saved, current, strict=True)):
+            _differences(a, b, f"{path}[{i}]", out)
+    # bool == int in Python; True and 1 are different descriptions, 4 and 4.0 are not.
+    elif not (saved == current and isinstance(saved, bool) == isinstance(current, bool)):
+        out.append(path or "<value>")
+
+
+def check_same_spaces(
+    expected: tuple[spaces.Space, spaces.Space],
+    actual: tuple[spaces.Space, spaces.Space],
+    *,
+    expected_label: str = "the checkpoint was trained on",
+    actual_label: str = "the env has",
+) -> None:
+    """The one compatibility check of (observation, action) spaces: raise SpaceMismatchError
+    showing both descriptions and the differing parts when they differ.
+
+    Example:
+        >>> check_same_spaces(saved_spaces, (env.single_observation_space,
+        ...                   env.single_action_space), actual_label="the env has")
+    """
+    pairs = zip(("observation space", "action space"), expected, actual, strict=True)
+    for what, want, got in pairs:
+        saved, current = space_to_dict(want), space_to_dict(got)
+        diffs: list[str] = []
+        _differences(saved, current, "", diffs)
+        if diffs:
+            where = ", ".join(diffs[:8]) + (" ..." if len(diffs) > 8 else "")
+            raise SpaceMismatchError(
+                f"{expected_label} {what} {describe(saved)} but {actual_label} "
+                f"{describe(current)} (differs in: {where})"
+            )
+
+
+def serialize_space(space: spaces.Space) -> str:
+    """The one stored form of a space: exact JSON (Minari's serialisation), rebuildable."""
+    from minari.serialization import serialize_space as serialize
+
+    return serialize(space)
+
+
+def deserialize_space(text: str) -> spaces.Space:
+    """The space :func:`serialize_space` wrote."""
+    from minari.serialization import deserialize_space as deserialize
+
+    return deserialize(text)

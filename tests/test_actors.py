@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from rltrans.actors import RewardScaler
+from rltrans.runtime.actors import RewardScaler
 
 
 def test_reward_scaler_divides_by_running_std_of_discounted_returns():
@@ -23,13 +23,18 @@ def test_reward_scaler_divides_by_running_std_of_discounted_returns():
 
 
 def test_reward_scaler_state_round_trip():
+    """Statistics round-trip; running returns restart at zero, as after a checkpoint, where
+    every env starts a fresh episode (LocalActor.restart zeroes them too)."""
     a = RewardScaler(2, gamma=0.99, device="cpu")
     for _ in range(10):
         a(torch.ones(2), torch.tensor([False, True]))
     b = RewardScaler(2, gamma=0.99, device="cpu")
     b.load_state_dict(a.state_dict())
+    assert not b.returns.any()
+    a.returns.zero_()
     done = torch.zeros(2, dtype=torch.bool)
-    torch.testing.assert_close(a(torch.ones(2), done), b(torch.ones(2), done))
+    for _ in range(3):
+        torch.testing.assert_close(a(torch.ones(2), done), b(torch.ones(2), done))
 
 
 def test_reward_scaler_never_scales_up():

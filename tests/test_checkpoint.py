@@ -20,13 +20,17 @@ from rltrans.checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
     CheckpointManager,
-    CheckpointMismatchError,
     CheckpointVersionError,
-    check_compatible,
     load_checkpoint,
     restore_rng_state,
     rng_state,
     save_checkpoint,
+)
+from rltrans.spaces import (
+    SpaceMismatchError,
+    check_same_spaces,
+    deserialize_space,
+    serialize_space,
     space_to_dict,
 )
 
@@ -154,7 +158,8 @@ def test_pickled_custom_class_is_refused(tmp_path: Path) -> None:
 def test_newer_format_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "future.pt"
     torch.save({"format_version": FORMAT_VERSION + 1, "rltrans_version": "9.0"}, path)
-    with pytest.raises(CheckpointVersionError, match=r"format version 2.*Upgrade rltrans"):
+    newer = FORMAT_VERSION + 1
+    with pytest.raises(CheckpointVersionError, match=rf"format version {newer}.*Upgrade rltrans"):
         load_checkpoint(path)
 
 
@@ -276,14 +281,18 @@ def test_sigkill_during_saves_always_leaves_a_complete_checkpoint(tmp_path: Path
 
 
 def test_space_mismatch_message_names_both_spaces() -> None:
-    saved = space_to_dict(gym.spaces.Box(-1.0, 1.0, (4,)))
-    current = space_to_dict(gym.spaces.Box(-1.0, 1.0, (2,)))
-    with pytest.raises(CheckpointMismatchError) as info:
-        check_compatible(saved, current, "observation space", current_label="the env")
+    actions = gym.spaces.Discrete(2)
+    saved = (gym.spaces.Box(-1.0, 1.0, (4,)), actions)
+    current = (gym.spaces.Box(-1.0, 1.0, (2,)), actions)
+    check_same_spaces(saved, saved)  # equal spaces pass
+    with pytest.raises(SpaceMismatchError) as info:
+        check_same_spaces(saved, current, actual_label="the env has")
     message = str(info.value)
     assert "trained on observation space Box(-1.0, 1.0, (4,), float32)" in message
     assert "the env has Box(-1.0, 1.0, (2,), float32)" in message
     assert "shape" in message
+    with pytest.raises(SpaceMismatchError, match="action space Discrete"):
+        check_same_spaces(saved, (saved[0], gym.spaces.Discrete(3)))
 
 
 def test_space_to_dict_describes_every_space_kind() -> None:
@@ -309,13 +318,13 @@ def test_space_to_dict_describes_every_space_kind() -> None:
     assert described["spaces"]["inventory"]["nvec"] == [2, 3]
     assert described["spaces"]["action_mask"] == {"type": "MultiBinary", "n": 4}
     assert described["spaces"]["pair"]["spaces"][0] == {"type": "Discrete", "n": 3, "start": 1}
-    # Survives a checkpoint round trip and still compares equal.
-    check_compatible(described, space_to_dict(space), "observation space")
+    # Survives the stored form (exact JSON) and still compares equal.
+    stored = deserialize_space(serialize_space(space))
+    check_same_spaces((stored, space["pair"]), (space, space["pair"]))
     # Bounds that differ only inside the array (same min and max) are still told apart.
     other = gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
-    with pytest.raises(CheckpointMismatchError, match="low"):
-        check_compatible(space_to_dict(gym.spaces.Box(low, high)), space_to_dict(other), "obs")
-    with pytest.raises(CheckpointMismatchError, match=r"Discrete\(3\).*Discrete\(2\).*n"):
-        check_compatible(
-            space_to_dict(gym.spaces.Discrete(3)), space_to_dict(gym.spaces.Discrete(2)), "action"
-        )
+    act = gym.spaces.Discrete(2)
+    with pytest.raises(SpaceMismatchError, match="low"):
+        check_same_spaces((gym.spaces.Box(low, high), act), (other, act))
+    with pytest.raises(SpaceMismatchError, match=r"Discrete\(3\).*Discrete\(2\).*n"):
+        check_same_spaces((other, gym.spaces.Discrete(3)), (other, gym.spaces.Discrete(2)))

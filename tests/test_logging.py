@@ -188,6 +188,22 @@ def test_progress_bar_prints_lines_when_not_a_tty(monkeypatch: pytest.MonkeyPatc
     assert "elapsed" in lines[-1] and "eta" in lines[-1]
 
 
+def test_resumed_progress_bar_rates_only_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed run's bar starts at the checkpoint; those steps are not this process's work,
+    so the rate and the ETA ignore them (resuming a finished run once showed '109M SPS')."""
+    monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
+    stream = io.StringIO()
+    now = [100.0]
+    monkeypatch.setattr("rltrans.logging.time.monotonic", lambda: now[0])
+    bar = ProgressBar(1_000_000, "train", every_s=0.0, stream=stream, initial=900_000)
+    now[0] = 102.0  # one update, 2 s later
+    bar.update(1_000)
+    assert bar.n == 901_000 and bar.sps == 500.0  # 1,000 steps in 2 s, not 901,000
+    line = stream.getvalue().splitlines()[0]
+    assert "901k/1.00M step (90%)" in line and "500 SPS" in line
+    assert "eta 0:03:18" in line  # 99,000 steps left at 500/s
+
+
 def test_progress_bar_is_quiet_between_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
     stream = io.StringIO()

@@ -13,11 +13,13 @@ import torch
 from rltrans import envs, load_policy
 from rltrans.checkpoint import load_checkpoint
 from rltrans.collect import main as collect_main
-from rltrans.evaluate import evaluate_targets
 from rltrans.evaluate import main as evaluate_main
-from rltrans.offline import derive_targets
-from rltrans.policy import ReturnConditionedPolicy
+from rltrans.policy import Policy
+from rltrans.run import payload_spaces
+from rltrans.runtime.evaluation import evaluate_targets
 from rltrans.train import main as train_main
+from rltrans.trainers import offline as offline_trainer
+from rltrans.trainers.offline import derive_targets
 
 LIMIT = 40  # CartPole step limit recorded in the test datasets (keeps evaluation short)
 TINY = {
@@ -82,7 +84,8 @@ def test_train_evaluate_and_load_policy(agent, mixed, tmp_path, capsys):
 
     payload = load_checkpoint(run / "checkpoints" / "last.pt")
     assert payload["global_step"] == 4 and payload["eval_targets"] == [10.0, 40.0]
-    env = payload["config"]["env"]  # the dataset's env, resolved for evaluate to rebuild
+    assert payload["config"]["env"]["kind"] == "dataset"  # the config keeps what was asked
+    env = payload["eval_env"]  # the dataset's env, resolved for evaluate to rebuild
     assert env["kind"] == "gym" and env["id"] == "CartPole-v1"
     assert env["kwargs"]["max_episode_steps"] == LIMIT
     assert payload["agent_kwargs"]["stats"]["return_scale"] == LIMIT
@@ -99,7 +102,8 @@ def test_train_evaluate_and_load_policy(agent, mixed, tmp_path, capsys):
     assert all(0 < t["mean_return"] <= LIMIT for t in result["per_target"])
 
     policy = load_policy(run)
-    assert isinstance(policy, ReturnConditionedPolicy) and policy.target_return == 40.0
+    assert isinstance(policy, Policy) and policy.return_conditioned
+    assert policy.target_return == 40.0
     state = policy.initial_state(2, target_return=30.0)
     obs = np.zeros((2, 4), dtype=np.float32)
     action, state = policy.act(obs, state, np.ones(2, dtype=bool))
@@ -144,7 +148,7 @@ def test_every_target_in_one_vector_env(mixed, tmp_path, monkeypatch, capsys):
         calls.append(dict(cfg))
         return real(cfg, **kwargs)
 
-    monkeypatch.setattr(envs, "make_env", counting)
+    monkeypatch.setattr(offline_trainer, "make_env", counting)
     args = ["agent=dt", "dataset=rltrans/cp-mixed-v0", *TINY["dt"], *COMMON, "train_steps=4"]
     args += ["algo.eval_every=2", "algo.eval_episodes=3", "algo.eval_targets=[10,20]"]
     assert train_main([*args, f"run_dir={tmp_path}", "tensorboard=false"]) == 0
@@ -157,7 +161,7 @@ def test_every_target_in_one_vector_env(mixed, tmp_path, monkeypatch, capsys):
     initial_state = model.initial_state
     monkeypatch.setattr(model, "initial_state", lambda n, t: seen.append(t) or initial_state(n, t))
     vec = real({**calls[0], "num_envs": 6}, seed=0, training=False)
-    results = evaluate_targets(model, vec, [10.0, 20.0], 3, seed=0)
+    results = evaluate_targets(model, vec, [10.0, 20.0], 3, seed=0, device="cpu")
     vec.close()
     assert seen[0].tolist() == [10.0, 10.0, 10.0, 20.0, 20.0, 20.0]
     assert [len(r.returns) for r in results] == [3, 3]
@@ -222,8 +226,8 @@ def test_dqn_replay_shards_train_a_cnn_decision_transformer(tmp_path, capsys):
     assert summary["dataset"]["kind"] == "dqn_replay" and summary["dataset"]["episodes"] == 2
     assert summary["loss"] is not None and np.isfinite(summary["loss"])
     payload = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
-    assert payload["observation_space"]["shape"] == [4, 84, 84]
-    env = payload["config"]["env"]  # evaluation env: no sticky actions, stacked like the data
+    assert payload_spaces(payload)[0].shape == (4, 84, 84)
+    env = payload["eval_env"]  # evaluation env: no sticky actions, stacked like the data
     assert env["id"] == "ALE/Pong-v5" and env["kwargs"]["repeat_action_probability"] == 0.0
     assert env["wrappers"][-1]["kwargs"] == {"stack_size": 4, "padding_type": "zero"}
 

@@ -4,13 +4,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+
 from rltrans.agents.memory_agent import MemoryAgent
+from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs.gym_vec import make_vector_env
 from rltrans.envs.torch_envs import make_torch_env
-
-from rltrans.actors import LocalActor
-from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.learner import PPOLearner
+from rltrans.runtime.actors import LocalActor
 from rltrans.types import tree_map
 
 PPO = {
@@ -73,8 +73,8 @@ def test_replay_fidelity(backbone, segment_length):
     assert metrics["approx_kl"].item() < 1e-9
     assert metrics["clipfrac"].item() == 0.0
 
-    # After an update acting must use the new weights everywhere, memoised parts included
-    # (fused AdamW writes parameters without bumping their version counters).
+    # After an update acting must use the new weights everywhere: the acting state's cached
+    # keys and per-step contexts (xl's W_kR R) are rebuilt by refresh_state at rollout start.
     actor.collect(buffer)
     buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
     (batch,) = buffer.minibatches(1)

@@ -14,6 +14,7 @@ import inspect
 from typing import Any
 
 import torch
+
 from rltrans.envs.torch_envs.base import TorchVectorEnv
 from rltrans.envs.torch_envs.repeat_previous import RepeatPrevious
 from rltrans.envs.torch_envs.stateless_cartpole import StatelessCartPole

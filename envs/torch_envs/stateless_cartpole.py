@@ -23,6 +23,7 @@ import math
 import gymnasium as gym
 import numpy as np
 import torch
+
 from rltrans.envs.torch_envs.base import TorchVectorEnv
 
 __all__ = ["StatelessCartPole"]

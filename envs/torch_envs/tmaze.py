@@ -42,6 +42,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import torch
+
 from rltrans.envs.torch_envs.base import TorchVectorEnv
 
 __all__ = ["TMaze"]

@@ -6,8 +6,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from rltrans.envs.dqn_replay import stack_frames
-from rltrans.envs.offline import Episode, OfflineDataset
 
 from rltrans.buffers.trajectory import (
     TrajectoryBuffer,
@@ -15,6 +13,8 @@ from rltrans.buffers.trajectory import (
     normalizes_states,
     policy_observation_space,
 )
+from rltrans.envs.dqn_replay import stack_frames
+from rltrans.envs.offline import Episode, OfflineDataset
 
 VECTOR = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 

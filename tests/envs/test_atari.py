@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import RecordEpisodeStatistics
+
 from rltrans.envs.atari import EpisodicLife
 from rltrans.envs.gym_vec import GAME_STATS_KEY, GameEpisodeStatistics, make_vector_env
 

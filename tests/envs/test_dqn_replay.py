@@ -7,6 +7,7 @@ import gzip
 import gymnasium as gym
 import numpy as np
 import pytest
+
 from rltrans.envs.dqn_replay import (
     capitalize_game_name,
     d4rl_stack,

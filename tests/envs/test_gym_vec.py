@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
+
 from rltrans.envs.gym_vec import make_vector_env
 
 # CartPole-v1 terminates when |theta| > 12 degrees or |x| > 2.4 (gymnasium cartpole.py).
@@ -224,6 +225,11 @@ def test_episode_stats_are_recorded_below_reward_wrappers() -> None:
             [{"path": "gymnasium.wrappers.vector.NormalizeObservation"}],
             ValueError,
             "is a vector wrapper",
+        ),
+        (  # a config must not name a function to call on the env
+            [{"path": "builtins.open", "kwargs": {"mode": "w"}}],
+            ValueError,
+            r"'builtins.open' is not a gymnasium.Wrapper subclass",
         ),
     ],
 )

@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 from gymnasium.envs.registration import EnvSpec
 from minari.data_collector.episode_buffer import EpisodeBuffer
-from rltrans.envs.minari_data import collect_episodes, load_minari, make_eval_env_fn, write_minari
+
+from rltrans.envs.minari_data import load_minari, make_eval_env_fn, write_minari
 from rltrans.envs.offline import Episode
+from rltrans.runtime.collection import collect_episodes
+from rltrans.types import ActOutput
 
 
 @pytest.fixture(autouse=True)
@@ -66,9 +69,13 @@ class ScriptedPolicy:
     def initial_state(self, num_envs: int) -> np.ndarray:
         return np.zeros(num_envs, dtype=np.int64)
 
-    def act(self, obs, state, done):
-        self.seen.append((obs.copy(), done.copy()))
-        return obs[:, 0].astype(np.int64) % 3, state + 1
+    def act(self, obs, state, done, *, deterministic=False):
+        self.seen.append((obs.numpy().copy(), done.numpy().copy()))
+        action = obs[:, 0].long() % 3
+        return ActOutput(action, action), state + 1
+
+    def observe(self, state, reward):
+        return state
 
 
 def test_collect_records_whole_episodes_exactly():
@@ -266,3 +273,24 @@ def test_unsupported_spaces_are_named():
         )
     with pytest.raises(ValueError, match=r"rltrans/dict-v1: unsupported observation space Dict"):
         load_minari("rltrans/dict-v1", progress=False)
+
+
+def test_corrupt_dataset_names_the_dataset_the_file_and_the_fix(tmp_path):
+    from rltrans.envs.minari_data import CorruptDatasetError
+
+    eps = collect_episodes("CartPole-v1", None, episodes=3, num_envs=3, seed=0, progress=False)
+    path = write_minari(
+        "rltrans/broken-v0",
+        eps,
+        env="CartPole-v1",
+        algorithm_name="uniform random",
+        author="rltrans tests",
+        description="3 random CartPole episodes",
+    )
+    data = path / "data" / "main_data.hdf5"
+    data.write_bytes(data.read_bytes()[:200])  # truncated mid-file
+    with pytest.raises(CorruptDatasetError) as info:
+        load_minari("rltrans/broken-v0", progress=False)
+    message = str(info.value)
+    assert "'rltrans/broken-v0' is corrupt" in message and str(data) in message
+    assert "Rebuild it" in message and "overwrite=true" in message

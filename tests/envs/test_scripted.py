@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from rltrans.envs.minari_data import collect_episodes
+
 from rltrans.envs.scripted import CartPoleController, PendulumController
+from rltrans.runtime.collection import collect_episodes
 
 
 def returns(env_id: str, policy, episodes: int = 4) -> np.ndarray:

@@ -18,6 +18,7 @@ import pytest
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.vector import AutoresetMode, VectorEnv
+
 from rltrans.envs.torch_envs import (
     RepeatPrevious,
     StatelessCartPole,

@@ -1,0 +1,387 @@
+"""The run context every trainer shares: device, threads, seeding, the run folder and its
+lock, the saved config, the checkpoint payload, resume, the NaN stop and the summary line.
+
+A run folder has one writer at a time (an OS file lock, released by the OS when its process
+dies, so a crashed run's folder is simply taken over). A fresh run refuses a folder that
+already holds checkpoints unless ``resume=true`` (continue it) or ``overwrite=true`` (start
+over). A resumed run continues the run's SAVED config: the command line may change only
+:data:`RESUMABLE_KEYS` (budget, checkpoint cadence, logging, device, threads); any other
+difference is refused with the keys that differ, saved vs given.
+
+Example (inside a trainer)::
+
+    run = Run.start(cfg, name="tmaze-gtrxl", overrides=argv)
+    ...build envs, agent, learner...
+    step = run.resume(agent, learner)            # 0 on a fresh run
+    run.save(step, agent, learner, spaces, extra={"update": update})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import secrets
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rltrans.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    load_checkpoint,
+    restore_rng_state,
+    rng_state,
+)
+from rltrans.config import ConfigError, to_container
+from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
+
+# Keys a resumed run may change; every other key keeps the run's saved value.
+RESUMABLE_KEYS: tuple[str, ...] = (
+    "total_steps",
+    "train_steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "tensorboard",
+    "progress",
+    "device",
+    "torch_threads",
+    "resume",
+    "run_dir",
+    "overwrite",
+)
+CONFIG_FILE = "config.yaml"
+LOCK_FILE = ".lock"
+
+
+def select_device(name: str) -> torch.device:
+    """auto -> cuda when available, else cpu; cuda without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise ConfigError(f"device={name!r}; valid choices: auto, cpu, cuda, cuda:<index>")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} but torch sees no CUDA device; use device=cpu or auto")
+    return torch.device(name)
+
+
+def set_threads(threads: int) -> None:
+    """torch intra-op threads (0 = torch's default). Small RL models run fastest on one, and
+    on a shared machine a busy second core slows a multi-threaded step several times."""
+    if threads:
+        torch.set_num_threads(int(threads))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def setup(cfg: DictConfig) -> torch.device:
+    """Device, threads and seeds from a config's ``device``, ``torch_threads`` and ``seed``."""
+    device = select_device(cfg.device)
+    set_threads(cfg.get("torch_threads", 1))
+    seed_everything(cfg.seed)
+    return device
+
+
+# ----------------------------------------------------------------------------- run folder
+
+
+@contextlib.contextmanager
+def building(what: str) -> Iterator[None]:
+    """Turn an error raised while building ``what`` (``env``, ``agent``, ``dataset``) from a
+    config into one ConfigError line naming it: an unknown Gymnasium id, a missing optional
+    package or a bad argument is the user's to fix (exit 2), not a traceback."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, ImportError, KeyError, gym.error.Error) as err:
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"{what}: {text}") from None
+
+
+class RunFolderLock:
+    """One writer per run folder: an exclusive ``flock`` on ``<run_dir>/.lock``, held for the
+    run's lifetime. The OS drops it when the holder exits or is killed, so a dead owner's lock
+    is taken over without any stale-lock cleanup."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise ConfigError naming the process that holds it."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ConfigError(
+                f"run folder {self.path.parent} is in use by a running process (pid {holder}); "
+                f"wait for it to finish or choose another run_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Drop the lock (also dropped by the OS at exit)."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def default_run_dir(name: str, seed: int) -> Path:
+    """runs/<name>-s<seed>-<timestamp>-<random>: two runs started in the same second differ."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{name}-s{seed}-{stamp}-{secrets.token_hex(3)}"
+
+
+def _override_keys(overrides: Sequence[str]) -> list[str]:
+    """The config keys a list of command-line overrides sets (``+a.b=1`` -> ``a.b``)."""
+    keys = []
+    for item in overrides:
+        if "=" not in item or item.startswith("-"):
+            continue
+        keys.append(item.split("=", 1)[0].lstrip("+~"))
+    return keys
+
+
+def _select(cfg: DictConfig, key: str) -> Any:
+    value = OmegaConf.select(cfg, key, default=None)
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def resume_config(saved: DictConfig, given: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """The config a resumed run continues with: the saved one, with the keys the command line
+    set taken from it where they are resumable; refuses any other change.
+
+    Keys the command line does not mention keep their saved values, so a resume line need
+    not repeat the run's options (``resume=true run_dir=<run>`` continues it as it was).
+    """
+    changed = []
+    merged = saved.copy()
+    for key in _override_keys(overrides):
+        old, new = _select(saved, key), _select(given, key)
+        if old == new:
+            continue
+        if key.split(".")[0] not in RESUMABLE_KEYS:
+            changed.append(f"{key}: saved {old!r}, given {new!r}")
+            continue
+        OmegaConf.update(merged, key, new, force_add=True)
+    if changed:
+        raise ConfigError(
+            "resume=true continues the run's saved config; these keys differ from it:\n  "
+            + "\n  ".join(changed)
+            + f"\nOnly {', '.join(k for k in RESUMABLE_KEYS if k not in ('resume', 'run_dir'))}"
+            " may change on resume; start a new run for anything else"
+        )
+    return merged
+
+
+def settled_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """The config a run uses: ``cfg`` for a fresh run; for ``resume=true`` the run's saved
+    config with the command line's resumable changes (:func:`resume_config`). Idempotent."""
+    if not cfg.resume:
+        return cfg
+    if cfg.run_dir is None:
+        raise ConfigError("resume=true needs run_dir=<the run to continue>")
+    run_dir = Path(cfg.run_dir)
+    if CheckpointManager(run_dir / "checkpoints").latest() is None:
+        raise ConfigError(f"resume=true but {run_dir} holds no checkpoint to resume from")
+    saved_file = run_dir / CONFIG_FILE
+    if not saved_file.is_file():
+        raise ConfigError(f"resume=true but {saved_file} (the run's config) is missing")
+    saved = OmegaConf.load(saved_file)
+    assert isinstance(saved, DictConfig)
+    return resume_config(saved, cfg, overrides)
+
+
+class Run:
+    """A run folder owned by this process: config, checkpoints, logging destination.
+
+    Use :meth:`start`; ``cfg`` is then the config the run actually uses (for a resumed run,
+    the saved one with the allowed changes), ``device`` the torch device.
+    """
+
+    def __init__(
+        self, cfg: DictConfig, run_dir: Path, lock: RunFolderLock, created: bool = False
+    ) -> None:
+        self.cfg, self.dir, self._lock, self._created = cfg, run_dir, lock, created
+        keep = cfg.keep_checkpoints
+        self.checkpoints = CheckpointManager(run_dir / "checkpoints", keep_last=keep)
+        self.device = torch.device("cpu")
+        self.resumed_payload: dict[str, Any] | None = None
+
+    @classmethod
+    def start(cls, cfg: DictConfig, *, name: str, overrides: Sequence[str] = ()) -> Run:
+        """Open (or create) the run folder, take its lock, settle the config, set up device,
+        threads and seeds. Raises ConfigError for a folder in use, a fresh run into a folder
+        with checkpoints, a resume without checkpoints or a refused config change."""
+        if cfg.run_dir is None:
+            if cfg.resume:
+                raise ConfigError("resume=true needs run_dir=<the run to continue>")
+            run_dir = default_run_dir(name, cfg.seed)
+        else:
+            run_dir = Path(cfg.run_dir)
+        created = not run_dir.exists()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunFolderLock(run_dir)
+        try:
+            lock.acquire()
+            cfg = cls._settle_config(cfg, run_dir, overrides)
+        except BaseException:
+            lock.release()
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        cfg.run_dir = str(run_dir)
+        run = cls(cfg, run_dir, lock, created)
+        run.device = setup(cfg)
+        OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
+        return run
+
+    @staticmethod
+    def _settle_config(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> DictConfig:
+        if cfg.resume:
+            return settled_config(cfg, overrides)
+        if CheckpointManager(run_dir / "checkpoints").latest() is not None:
+            if not cfg.get("overwrite", False):
+                raise ConfigError(
+                    f"run folder {run_dir} already holds checkpoints of another run; continue "
+                    f"it with resume=true, replace it with overwrite=true, or pick a new run_dir"
+                )
+            for part in ("checkpoints", "tb", CONFIG_FILE):  # start over: nothing old stays
+                path = run_dir / part
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
+                    path.unlink()
+        return cfg
+
+    def close(self) -> None:
+        """Release the folder (also released by the OS when the process ends)."""
+        self._lock.release()
+
+    @contextlib.contextmanager
+    def building(self, what: str) -> Iterator[None]:
+        """Build ``what`` (``env``, ``agent``, ``dataset``): a failure becomes one ConfigError
+        line naming the config group, and a run folder this run created is removed again, so
+        a typo leaves no empty run behind."""
+        try:
+            with building(what):
+                yield
+        except BaseException:
+            self.abandon()
+            raise
+
+    def abandon(self) -> None:
+        """Release the lock and delete the folder if this run created it (nothing to keep)."""
+        self.close()
+        if self._created and self.checkpoints.latest() is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------------- checkpoints
+
+    def payload(
+        self,
+        step: int,
+        agent: torch.nn.Module,
+        learner: Any,
+        spaces: tuple[gym.Space, gym.Space],
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Everything a resume, ``load_policy`` or ``rltrans.evaluate`` needs (weights_only-safe).
+
+        ``step`` counts the run's budget unit (env steps online, gradient steps offline).
+        """
+        return {
+            "model": agent.state_dict(),
+            "learner": learner.state_dict(),
+            "global_step": step,
+            "rng": rng_state(),
+            "config": to_container(self.cfg),
+            "observation_space": serialize_space(spaces[0]),
+            "action_space": serialize_space(spaces[1]),
+            **(extra or {}),
+        }
+
+    def save(self, step: int, *args: Any, **kwargs: Any) -> Path:
+        """Write a checkpoint of :meth:`payload` (atomic, rotated); returns its path."""
+        return self.checkpoints.save(step, self.payload(step, *args, **kwargs))
+
+    def resume(
+        self, agent: torch.nn.Module, learner: Any, spaces: tuple[gym.Space, gym.Space]
+    ) -> int:
+        """On a resumed run: check the spaces, restore weights, optimizer, schedule and RNG
+        states, and return the step reached (the payload stays in ``resumed_payload`` for what
+        else a trainer saved). On a fresh run: 0."""
+        if not self.cfg.resume:
+            return 0
+        payload = self.checkpoints.load_latest()
+        if payload is None:
+            where = self.checkpoints.directory
+            raise ConfigError(f"resume=true but no loadable checkpoint in {where}")
+        check_same_spaces(payload_spaces(payload), spaces, actual_label="this run has")
+        agent.load_state_dict(payload["model"])
+        learner.load_state_dict(payload["learner"])
+        restore_rng_state(payload["rng"])
+        self.resumed_payload = payload
+        return int(payload["global_step"])
+
+    def stop_message(self, step: int, err: Exception) -> None:
+        """Say why training stopped early (a non-finite loss) and which checkpoint is good."""
+        print(
+            f"training stopped at step {step}: {err}. Last good checkpoint: "
+            f"{self.latest_checkpoint()}",
+            file=sys.stderr,
+        )
+
+    def latest_checkpoint(self) -> str | None:
+        """Path of the newest complete checkpoint, for the summary line."""
+        latest = self.checkpoints.latest()
+        return str(latest) if latest else None
+
+
+def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
+    """The (observation, action) spaces a checkpoint was trained on. Format 1 checkpoints also
+    stored a description dict under the plain keys and the exact JSON under ``*_json``."""
+    try:
+        if "observation_space_json" in payload:  # format 1
+            return (
+                deserialize_space(payload["observation_space_json"]),
+                deserialize_space(payload["action_space_json"]),
+            )
+        return deserialize_space(payload["observation_space"]), deserialize_space(
+            payload["action_space"]
+        )
+    except KeyError as err:
+        raise CheckpointError(f"checkpoint lacks {err}; it was not written by rltrans") from None
+
+
+__all__ = [
+    "RESUMABLE_KEYS",
+    "Run",
+    "load_checkpoint",
+    "payload_spaces",
+    "resume_config",
+    "seed_everything",
+    "select_device",
+    "set_threads",
+    "setup",
+]

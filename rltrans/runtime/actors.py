@@ -1,0 +1,143 @@
+"""Actors: what produces training rollouts from envs, behind one interface.
+
+An actor fills a :class:`~rltrans.buffers.rollout.RolloutBuffer` with T steps of N envs,
+the initial memory of each training segment, and the version of the policy that acted
+(``buffer.policy_version``); a learner consumes buffers and knows no env and no process.
+:class:`LocalActor` steps its envs in this process through the one acting loop
+(:class:`~rltrans.runtime.episodes.EpisodeLoop`): it is PPO's actor and the debugging mode
+of every learner. A truncated episode bootstraps from V(final obs) computed with the memory
+of the episode that just ended (``peek_value``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import torch
+from gymnasium.vector import VectorEnv
+
+from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.runtime.episodes import EpisodeLoop
+
+
+class Actor(Protocol):
+    """The actor/learner seam: rollouts out, weights (with a version) in."""
+
+    def collect(self, buffer: RolloutBuffer, on_info: Any = None) -> None: ...
+
+    def set_policy_version(self, version: int) -> None: ...
+
+
+class RewardScaler:
+    """Divide rewards by a running std of the discounted return (as gymnasium's NormalizeReward;
+    Engstrom et al. 2020, "Implementation Matters in Deep Policy Gradients", section 3).
+
+    Keeps value targets O(1) whatever the reward scale, so that with a shared trunk the value
+    loss does not swamp the policy gradient under global-norm clipping. Rewards are only ever
+    scaled down (the divisor is at least 1): dividing by a std below 1 would blow rewards up
+    once a sparse task is solved and its returns stop varying (seen on the T-maze). Only what
+    the learner sees is scaled; episode statistics stay in the env's units.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, device, epsilon: float = 1e-8) -> None:
+        self.gamma, self.epsilon = gamma, epsilon
+        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
+        self.count = torch.tensor(epsilon, dtype=torch.float64, device=device)
+        self.mean = torch.zeros((), dtype=torch.float64, device=device)
+        self.var = torch.ones((), dtype=torch.float64, device=device)
+
+    def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """Scaled rewards (N,); ``done`` (N,) ends the running returns of finished episodes."""
+        self.returns = self.returns * self.gamma + reward.double()
+        # Chan et al. parallel update of mean/var with this step's N returns.
+        n = self.returns.numel()
+        batch_mean, batch_var = self.returns.mean(), self.returns.var(unbiased=False)
+        delta, total = batch_mean - self.mean, self.count + n
+        self.mean = self.mean + delta * n / total
+        self.var = (
+            self.var * self.count + batch_var * n + delta**2 * self.count * n / total
+        ) / total
+        self.count = total
+        self.returns = self.returns.masked_fill(done, 0.0)
+        return (reward.double() / torch.sqrt(self.var + self.epsilon).clamp(min=1.0)).float()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Running statistics for checkpoints. The running returns are not saved: checkpoints
+        are taken where every env starts a fresh episode (:meth:`LocalActor.restart`)."""
+        return {"count": self.count, "mean": self.mean, "var": self.var}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict`; running returns start at zero (fresh episodes)."""
+        device = self.returns.device
+        self.count, self.mean, self.var = (state[k].to(device) for k in ("count", "mean", "var"))
+        self.returns = torch.zeros_like(self.returns)
+
+
+class LocalActor:
+    """Steps a vector env in this process; keeps the per-env memory state across rollouts."""
+
+    def __init__(
+        self,
+        envs: VectorEnv,
+        agent: torch.nn.Module,
+        *,
+        seed: int,
+        device,
+        reward_scaler: RewardScaler | None = None,
+    ) -> None:
+        self.agent, self.reward_scaler = agent, reward_scaler
+        self.loop = EpisodeLoop(envs, agent, seed=seed, device=device)
+        self.policy_version = 0
+
+    def restart(self, seed: int) -> None:
+        """Reset every env with ``seed`` and start fresh episodes and memory: what a resumed
+        run does first, so a run that restarts here at each checkpoint continues exactly as
+        one resumed from that checkpoint (env states are not in checkpoints)."""
+        loop = self.loop
+        self.loop = EpisodeLoop(loop.envs, self.agent, seed=seed, device=loop.device)
+        self.loop.timings = loop.timings
+        if self.reward_scaler is not None:  # running returns belong to the cut episodes
+            self.reward_scaler.returns.zero_()
+
+    def set_policy_version(self, version: int) -> None:
+        """The agent is shared with the learner in this process: only the version moves."""
+        self.policy_version = version
+
+    def collect(self, buffer: RolloutBuffer, on_info=None) -> None:
+        """Fill ``buffer`` with T steps of all envs; ``on_info(info)`` sees every step's info."""
+        loop, agent = self.loop, self.agent
+        # The weights may have changed since the last rollout: re-derive what the acting
+        # state caches from them, so acting and the learner's replay agree exactly.
+        loop.state = agent.refresh_state(loop.state)
+        buffer.policy_version = self.policy_version
+        for t in range(buffer.num_steps):
+            t0 = time.perf_counter()
+            if t % buffer.segment_length == 0:
+                buffer.record_memory(t, agent.state_to_memory(loop.state))
+            t1 = time.perf_counter()
+            step = loop.step()
+            t2 = time.perf_counter()
+            out = step.out
+            buffer.record_step(t, step.obs, step.done, out.action, out.log_prob, out.value)
+            final_value = torch.zeros(loop.num_envs, device=loop.device)
+            if bool(step.truncated.any()):  # rare: one extra forward on a copy of the memory
+                final = loop.to_tensor(step.final_raw_obs())
+                final_value = torch.where(
+                    step.truncated, agent.peek_value(final, loop.state), final_value
+                )
+            reward = step.reward
+            if self.reward_scaler is not None:
+                reward = self.reward_scaler(reward, step.ended)
+            buffer.record_outcome(t, reward, step.terminated, step.truncated, final_value)
+            if on_info is not None:
+                on_info(step.info)
+            loop.timings["act"] += (t1 - t0) + (time.perf_counter() - t2)
+
+    def bootstrap_value(self) -> torch.Tensor:
+        """V of the observation after the rollout (used where the last step did not end)."""
+        return self.agent.peek_value(self.loop.obs, self.loop.state)
+
+    def pop_timings(self) -> dict[str, float]:
+        """Seconds spent acting / stepping envs since the last call."""
+        return self.loop.pop_timings()

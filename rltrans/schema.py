@@ -1,0 +1,474 @@
+"""Typed schema of the composed configs: what every key accepts, checked before a run builds
+anything.
+
+A key's type comes from its YAML default (``dim: 64`` takes integers, ``amp: false`` takes
+true/false). The tables below add what a default cannot say: ranges, choices and null.
+Choices are read from the code that consumes them (the ``Literal`` types of rltrans.core,
+the agents and the envs, the agent registry, the ``kind`` lines of the group files), so a
+new position scheme or agent needs no edit here. Two mappings take keyword arguments
+rather than fixed keys: ``env.kwargs`` (any key for Gymnasium ids; a torch env's
+constructor arguments) and ``agent.encoder`` (``build_encoder``'s arguments).
+
+:func:`check_config` reports every bad key of a composed config at once, one line each
+naming the key, the bad value and what is valid; :func:`rltrans.config.load_config` raises
+them as one ConfigError.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, get_args
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rltrans.spec import (
+    BOOL,
+    DEVICE,
+    POSITIVE,
+    SEED,
+    Spec,
+    bad_value,
+    choice,
+    hint_spec,
+    infer_spec,
+    integer,
+    number,
+    string,
+    unknown_key,
+)
+
+_MISSING = object()
+
+
+def group_kinds(group: str) -> list[str]:
+    """The ``kind`` values the options of a config group declare (configs/<group>/*.yaml)."""
+    from rltrans.config import config_root, group_options
+
+    folder = config_root() / group
+    kinds = {
+        OmegaConf.create((folder / f"{o}.yaml").read_text()).get("kind")
+        for o in group_options(group)
+    }
+    return sorted(str(k) for k in kinds if k is not None)
+
+
+def specs(config_name: str) -> dict[str, Spec]:
+    """The explicit specs of a config by full key; ``key@kind`` applies where the section's
+    ``kind`` is that value. Keys absent here take the type of their YAML default. Built per
+    call: agents registered after import count."""
+    tables = {"train": _train_specs, "evaluate": _evaluate_specs, "collect": _collect_specs}
+    return tables[config_name]() if config_name in tables else {}
+
+
+def _train_specs() -> dict[str, Spec]:
+    """train.yaml and its groups."""
+    from rltrans.agents.dt import DTBackbone
+    from rltrans.agents.encoders import DictMode
+    from rltrans.agents.memory_agent import BACKBONES
+    from rltrans.backbones.causal import INITS
+    from rltrans.core.act import HALTINGS
+    from rltrans.core.attention import KERNELS
+    from rltrans.core.block import ACTIVATIONS, FF_ACTIVATIONS, NORMS
+    from rltrans.core.gates import GATES
+    from rltrans.core.position import POSITIONS
+    from rltrans.envs.dqn_replay import Order, Padding, Partial
+    from rltrans.envs.gym_vec import make_vector_env
+    from rltrans.envs.offline import DATASET_KINDS
+    from rltrans.envs.torch_envs import TORCH_ENVS
+    from rltrans.registry import registered_agents
+
+    gym_hints = typing.get_type_hints(make_vector_env)
+    unit = {"low": 0.0, "high": 1.0}
+    return {
+        "seed": SEED,
+        "device": DEVICE,
+        "total_steps": POSITIVE,
+        "train_steps": POSITIVE,
+        "dataset": string(null=True),
+        "dataset_kind": choice(DATASET_KINDS),
+        "run_dir": string(null=True),
+        "checkpoint_every": POSITIVE,
+        "keep_checkpoints": POSITIVE,  # CheckpointManager needs keep_last >= 1
+        "torch_threads": replace(integer(0), default_words=("auto",)),
+        # agent
+        "agent.kind": choice(registered_agents()),
+        "agent.backbone@memory": choice(BACKBONES),
+        "agent.backbone@dt": choice(get_args(DTBackbone)),
+        "agent.backbone": choice(dict.fromkeys((*BACKBONES, *get_args(DTBackbone)))),
+        "agent.dim": POSITIVE,
+        "agent.layers": POSITIVE,
+        "agent.layers@memory": integer(1, null=True),  # null = the backbone's default depth
+        "agent.heads": POSITIVE,
+        "agent.memory": integer(0),
+        "agent.context": POSITIVE,
+        "agent.history": POSITIVE,
+        "agent.max_timestep": integer(1, null=True),
+        "agent.position": choice(POSITIONS),
+        "agent.gate": choice(GATES),
+        "agent.gate_bias": number(),
+        "agent.norm": choice(NORMS),
+        "agent.sublayer_activation": choice(ACTIVATIONS),
+        "agent.ff_activation": choice(FF_ACTIVATIONS),
+        "agent.activation": choice(FF_ACTIVATIONS),
+        "agent.ff_mult": POSITIVE,
+        "agent.attn_dropout": number(0.0, 1.0, open_high=True),  # BlockConfig options the
+        "agent.shaw_max_distance": POSITIVE,  # YAML files leave at their defaults (+agent.x=)
+        "agent.max_len": POSITIVE,
+        "agent.dropout": number(0.0, 1.0, open_high=True),
+        "agent.kernel": choice(KERNELS),
+        "agent.init": choice(INITS),
+        "agent.halting": choice(HALTINGS),
+        "agent.max_steps": POSITIVE,
+        "agent.act_epsilon": number(**unit, open_low=True, open_high=True),
+        "agent.halting_bias": number(),
+        "agent.tau": number(0.0),
+        "agent.coordinate_scale": number(0.0),
+        "agent.encoder.hidden_dim": POSITIVE,
+        "agent.encoder.dict_mode": choice(get_args(DictMode)),
+        # algo
+        "algo.kind": choice(group_kinds("algo")),
+        "algo.num_steps": POSITIVE,
+        "algo.segment_length": POSITIVE,
+        "algo.epochs": POSITIVE,
+        "algo.num_minibatches": POSITIVE,
+        "algo.gamma": number(**unit, open_low=True),
+        "algo.gae_lambda": number(**unit),
+        "algo.clip_coef": number(0.0, open_low=True),
+        "algo.vf_clip_coef": number(0.0, open_low=True, null=True),
+        "algo.ent_coef": number(0.0),
+        "algo.vf_coef": number(0.0),
+        "algo.target_kl": number(0.0, open_low=True, null=True),
+        "algo.lr": number(0.0, open_low=True),
+        "algo.max_grad_norm": number(0.0, open_low=True, null=True),
+        "algo.batch_size": POSITIVE,
+        "algo.context": integer(1, null=True),
+        "algo.weight_decay": number(0.0),
+        "algo.adam_eps": number(0.0, open_low=True),
+        "algo.warmup_updates": integer(0),
+        "algo.log_every": POSITIVE,
+        "algo.return_scale": number(0.0, open_low=True, null=True),
+        "algo.top_fraction": number(**unit, open_low=True),
+        "algo.eval_every": integer(0),
+        "algo.eval_episodes": integer(0),
+        "algo.eval_targets": Spec("numbers", nullable=True),
+        "algo.eval_num_targets": POSITIVE,
+        "algo.eval_max_steps": POSITIVE,
+        "algo.dqn_replay.root": string(null=True),
+        "algo.dqn_replay.padding": choice(get_args(Padding)),
+        "algo.dqn_replay.order": choice(get_args(Order)),
+        "algo.dqn_replay.partial": choice(get_args(Partial)),
+        "algo.dqn_replay.frame_stack": POSITIVE,
+        # env
+        "env.kind": choice(group_kinds("env")),
+        "env.id": string(),
+        "env.name": choice(TORCH_ENVS),
+        "env.num_envs": POSITIVE,
+        "env.num_envs@dataset": integer(1, null=True),
+        "env.vectorization": hint_spec(gym_hints["vectorization"]) or string(),
+        "env.atari": hint_spec(gym_hints["atari"]) or string(),
+        # per-env wrappers: {path: import path, kwargs: {...}} (configs/env/gym.yaml)
+        "env.wrappers": Spec("list", item_keys=("path", "kwargs")),
+        "env.kwargs": Spec("mapping"),
+        # torch-env constructor arguments with ranges (their types come from the signatures)
+        "env.kwargs.length@torch": POSITIVE,
+        "env.kwargs.k@torch": integer(0),
+        "env.kwargs.num_symbols@torch": integer(2),
+        "env.kwargs.episode_length@torch": POSITIVE,
+        "env.kwargs.max_episode_steps@torch": integer(1, null=True),
+    }
+
+
+def _evaluate_specs() -> dict[str, Spec]:
+    """evaluate.yaml."""
+    return {
+        "checkpoint": string(null=True),  # required: rltrans.evaluate says so when it is null
+        "episodes": POSITIVE,
+        "num_envs": integer(1, null=True),
+        "deterministic": replace(BOOL, nullable=True),
+        "device": DEVICE,
+        "seed": SEED,
+        "max_steps": POSITIVE,
+        "video_dir": string(null=True),
+        "target_return": Spec("numbers", nullable=True),
+        "env_id": string(null=True),
+    }
+
+
+def _collect_specs() -> dict[str, Spec]:
+    """collect.yaml."""
+    return {
+        "dataset_id": string(null=True),  # required: rltrans.collect says so when it is null
+        "policy": string(),
+        "epsilon": Spec("numbers", 0.0, 1.0),
+        "episodes": POSITIVE,
+        "env_id": string(null=True),
+        "max_episode_steps": integer(1, null=True),
+        "num_envs": POSITIVE,
+        "seed": SEED,
+        "deterministic": replace(BOOL, nullable=True),
+        "target_return": number(null=True),
+        "device": DEVICE,
+        "author_email": string(null=True),
+        "description": string(null=True),
+    }
+
+
+# ----------------------------------------------------------------- keyword-argument mappings
+
+
+def _env_kwargs(cfg: dict) -> dict[str, Spec | None] | None:
+    """env.kwargs: a torch env's constructor arguments; anything for Gymnasium ids (None)."""
+    env = cfg.get("env") or {}
+    if env.get("kind") != "torch":
+        return None
+    from rltrans.envs.torch_envs import TORCH_ENVS, env_kwargs
+
+    if env.get("name") not in TORCH_ENVS:
+        return None  # env.name itself is reported
+    hints = typing.get_type_hints(TORCH_ENVS[env["name"]].__init__)
+    return {k: hint_spec(hints.get(k)) for k in env_kwargs(env["name"])}
+
+
+def _encoder_kwargs(cfg: dict) -> dict[str, Spec | None] | None:
+    """agent.encoder: the keyword arguments of build_encoder."""
+    from rltrans.agents.encoders import build_encoder
+
+    hints = typing.get_type_hints(build_encoder)
+    params = inspect.signature(build_encoder).parameters.values()
+    return {p.name: hint_spec(hints.get(p.name)) for p in params if p.kind is p.KEYWORD_ONLY}
+
+
+KEYWORD_MAPPINGS: dict[str, dict[str, Callable[[dict], dict[str, Spec | None] | None]]] = {
+    "train": {"env.kwargs": _env_kwargs, "agent.encoder": _encoder_kwargs},
+}
+
+
+def keyword_mappings(config_name: str) -> list[str]:
+    """Keys whose mapping takes keyword arguments (new keys allowed) rather than fixed keys."""
+    return list(KEYWORD_MAPPINGS.get(config_name, {}))
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+class _Checker:
+    """One pass over a composed config (plain containers), collecting problems and fixes."""
+
+    def __init__(self, config_name: str, data: dict, base: dict) -> None:
+        self.name, self.data, self.base = config_name, data, base
+        self.table = specs(config_name)
+        self.problems: list[str] = []
+        self.fixes: dict[str, Any] = {}
+        self.seen: dict[str, Spec | None] = {}  # every key checked, with its spec
+        self.bad: set[str] = set()  # keys already reported (cross checks skip them)
+
+    def spec(self, key: str, default: Any) -> Spec | None:
+        """Explicit spec (kind-qualified first), else the default's type."""
+        section = self.data.get(key.split(".")[0])
+        kind = section.get("kind") if isinstance(section, dict) and "." in key else None
+        found = self.table.get(f"{key}@{kind}") or self.table.get(key)
+        if found is None:
+            return None if default is _MISSING else infer_spec(default)
+        if isinstance(default, str) and default in found.default_words:
+            return replace(found, words=(*found.words, default))
+        return found
+
+    def leaf(self, key: str, value: Any, spec: Spec, node: dict, name: str) -> None:
+        """Check one value; record its canonical form."""
+        self.seen[key] = spec
+        ok, fixed = spec.check(value)
+        if not ok:
+            self.bad.add(key)
+            self.problems.append(bad_value(key, value, spec))
+        elif fixed != value or type(fixed) is not type(value):  # 1e5 -> 100000, 3 -> 3.0
+            node[name] = self.fixes[key] = fixed
+
+    def walk(self, node: dict, base: Any, prefix: str) -> None:
+        """Check every key below ``node`` against ``base`` (the defaults at the same place)."""
+        keywords = KEYWORD_MAPPINGS.get(self.name, {})
+        for name, value in node.items():
+            key = f"{prefix}{name}"
+            default = base.get(name, _MISSING) if isinstance(base, dict) else _MISSING
+            spec = self.spec(key, default)
+            if key in keywords:
+                self.keywords(key, value, default, keywords[key](self.data))
+            elif isinstance(default, dict) and (spec is None or spec.type == "mapping"):
+                if isinstance(value, dict):
+                    self.walk(value, default, key + ".")
+                else:
+                    self.bad.add(key)
+                    self.problems.append(bad_value(key, value, Spec("mapping")))
+            elif spec is not None:
+                self.leaf(key, value, spec, node, name)
+            elif default is _MISSING:
+                self.problems.append(unknown_key(key, base if isinstance(base, dict) else []))
+            else:
+                self.seen[key] = None  # a null default without a table entry (a test forbids it)
+        # ~key removed a key the code reads; agent knobs fall back to the builder's defaults.
+        for name in base if isinstance(base, dict) and not prefix.startswith("agent.") else ():
+            if name not in node and prefix + name not in keywords:
+                self.problems.append(
+                    f"config key {prefix + name!r} was removed (~{prefix + name}); the run reads "
+                    f"it: give it a value instead ({self._describe(prefix + name, base[name])})"
+                )
+
+    def _describe(self, key: str, default: Any) -> str:
+        """What a key accepts, for messages."""
+        spec = self.spec(key, default)
+        return spec.describe() if spec else "see --help"
+
+    def keywords(self, key: str, value: Any, default: Any, valid: dict | None) -> None:
+        """A keyword-argument mapping: known names (all, for None), typed where known."""
+        self.seen[key] = Spec("mapping")
+        if not isinstance(value, dict):
+            self.bad.add(key)
+            self.problems.append(bad_value(key, value, Spec("mapping")))
+            return
+        defaults = default if isinstance(default, dict) else {}
+        for name, item in value.items():
+            sub = f"{key}.{name}"
+            if valid is not None and name not in valid:
+                why = self._keyword_owner(key)
+                self.problems.append(unknown_key(sub, valid, why))
+                continue
+            spec = self.spec(sub, defaults.get(name, _MISSING))
+            if valid is not None and valid.get(name) is not None:
+                spec = spec if self.table_has(sub) else valid[name]
+            self.leaf(sub, item, spec or Spec("any"), value, name)
+
+    def table_has(self, key: str) -> bool:
+        """An explicit entry exists for ``key`` (plain or kind-qualified)."""
+        return any(k == key or k.startswith(key + "@") for k in self.table)
+
+    def _keyword_owner(self, key: str) -> str:
+        """`` (not an argument of torch env 'tmaze')`` and the like."""
+        if key == "env.kwargs":
+            return f" (not an argument of torch env {self.data['env'].get('name')!r})"
+        return " (not an argument of build_encoder)" if key == "agent.encoder" else ""
+
+
+def check_config(cfg: DictConfig, defaults: DictConfig, config_name: str) -> list[str]:
+    """Every problem of a composed config, one line each; numbers are put into their canonical
+    type in place (total_steps=1e5 -> 100000). ``defaults`` is the config composed with the
+    same group choices and no value overrides: it gives the types of the keys."""
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as err:  # a ${...} reference to nothing
+        return [str(err).replace("\n   ", ";")]
+    base = OmegaConf.to_container(defaults, resolve=True)
+    checker = _Checker(config_name, data, base)  # type: ignore[arg-type]
+    checker.walk(data, base, "")  # type: ignore[arg-type]
+    problems = checker.problems
+    if config_name == "train":
+        problems += _train_cross_checks(data, checker.bad)  # type: ignore[arg-type]
+    for key, value in checker.fixes.items():
+        OmegaConf.update(cfg, key, value, merge=False)
+    return problems
+
+
+def config_specs(cfg: DictConfig, defaults: DictConfig, config_name: str) -> dict[str, Spec | None]:
+    """The spec of every key of a composed config (None: a null default with no table entry)."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    checker = _Checker(config_name, data, OmegaConf.to_container(defaults, resolve=True))  # type: ignore[arg-type]
+    checker.walk(data, checker.base, "")
+    return checker.seen
+
+
+# ------------------------------------------------------------------------- cross checks
+
+
+def _divides(small_key: str, small: Any, big_key: str, big: Any) -> list[str]:
+    """``small`` must divide ``big`` (both integers already checked); the report lists the
+    divisors."""
+    if not (isinstance(small, int) and isinstance(big, int) and small > 0 and big % small):
+        return []
+    valid = ", ".join(str(n) for n in range(1, big + 1) if big % n == 0)
+    return [f"{small_key}={small}: must divide {big_key}={big}; valid: {valid}"]
+
+
+def _train_cross_checks(cfg: dict, bad: set[str]) -> list[str]:
+    """Values that are fine alone but not together (each skipped when a part is already bad)."""
+    from rltrans.backbones.gtrxl import PRESETS
+    from rltrans.registry import registered_agents
+
+    agent, algo, env = (cfg.get(k) or {} for k in ("agent", "algo", "env"))
+    kind, backbone, algo_kind = agent.get("kind"), agent.get("backbone"), algo.get("kind")
+    problems = []
+    if not bad & {"agent.dim", "agent.heads"} and (
+        kind == "dt" or (kind == "memory" and backbone in (*PRESETS, "universal"))
+    ):
+        problems += _divides("agent.heads", agent.get("heads"), "agent.dim", agent.get("dim"))
+    if algo_kind == "online" and not bad & {"algo.num_steps", "algo.segment_length"}:
+        length, steps = algo.get("segment_length"), algo.get("num_steps")
+        problems += _divides("algo.segment_length", length, "algo.num_steps", steps)
+    if kind == "memory" and backbone == "universal" and agent.get("layers"):
+        problems.append(
+            f"agent.layers={agent['layers']}: backbone universal has no layers (one shared "
+            "block looped agent.max_steps times); valid: null, or leave it out"
+        )
+    entry = None if bad & {"agent.kind", "agent.backbone"} else _entry(kind)
+    knobs = agent_knob_names(agent) if entry is not None else None
+    owner = f"backbone {backbone}" if kind == "memory" and backbone else f"agent.kind={kind}"
+    for name in [n for n in agent if n not in knobs] if knobs is not None else ():
+        problems.append(unknown_key(f"agent.{name}", knobs, f" (not a knob of {owner})"))
+    offline = algo_kind == "offline"
+    # DT/BC (return-conditioned) train offline only, the PPO agents online only.
+    mismatch = entry is not None and entry.return_conditioned != offline
+    if mismatch and algo_kind and "algo.kind" not in bad:
+        fits = [n for n in registered_agents() if _entry(n).return_conditioned == offline]
+        problems.append(
+            f"agent.kind={kind}: {'no' if offline else 'a'} return-conditioned agent, so it "
+            f"does not train with algo.kind={algo_kind}; valid with algo.kind={algo_kind}: "
+            f"{', '.join(fits)}"
+        )
+    if env.get("kind") == "dataset" and not offline and "algo.kind" not in bad:
+        others = [k for k in group_kinds("env") if k != "dataset"]
+        problems.append(
+            f"env.kind=dataset: the dataset's own env is for algo.kind=offline (agent=dt or "
+            f"agent=bc select both), not algo.kind={algo_kind}; valid with it: env.kind "
+            f"{', '.join(others)}"
+        )
+    return problems
+
+
+def _entry(name: Any) -> Any:
+    """The registry entry of an agent name (None for an unknown one: agent.kind is reported)."""
+    from rltrans.registry import RegistryError, agent_entry
+
+    try:
+        return agent_entry({"kind": name})
+    except RegistryError:
+        return None
+
+
+def agent_knob_names(agent: dict) -> list[str] | None:
+    """The keys an agent config may hold: its builder's keyword arguments, and for
+    ``kind: memory`` the options its backbone takes (BlockConfig fields for transformer
+    stacks, plus the halting options of ``universal``); None where that is open-ended."""
+    from dataclasses import fields
+
+    entry = _entry(agent.get("kind"))
+    if entry is None:
+        return None
+    params = inspect.signature(entry.build).parameters
+    # stats: the dataset statistics the trainer passes, never a config knob
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [n for n, p in params.items() if p.kind in keyword and p.default is not p.empty]
+    knobs = ["kind", *(n for n in names if n not in ("observation_space", "action_space", "stats"))]
+    if agent.get("kind") == "memory":
+        from rltrans.agents.memory_agent import UNIVERSAL_OPTIONS
+        from rltrans.backbones.gtrxl import PRESETS
+        from rltrans.core.block import BlockConfig
+
+        block = [f.name for f in fields(BlockConfig) if f.name not in knobs]
+        backbone = agent.get("backbone", getattr(params.get("backbone"), "default", None))
+        extra = {"universal": [*block, *UNIVERSAL_OPTIONS]}.get(
+            backbone, block * (backbone in PRESETS)
+        )
+        return knobs + extra
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return None if open_ended else knobs

@@ -1,0 +1,305 @@
+"""Offline training of return-conditioned policies: ``rltrans.train agent=dt dataset=<id>``.
+
+Decision Transformer (Chen et al. 2021) and its BC baseline both train here. Reads top to
+bottom over the same run context as PPO (:mod:`rltrans.run`): open the run, load the
+dataset, build, then loop
+
+    sample B windows of K steps -> agent.loss -> AdamW step (warmup, clip) -> log
+    every eval_every steps: play every target return at once in ONE vector env of
+    targets x eval_episodes sub-envs -> eval/return_target_<R> -> checkpoint
+
+The dataset's statistics (state mean/std, return scale, timestep embedding size) live in the
+model's buffers and in the checkpoint's ``agent_kwargs``, so a checkpoint rebuilds its model
+alone (``rltrans.load_policy``, ``python -m rltrans.evaluate``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rltrans.buffers.trajectory import TrajectoryBuffer
+from rltrans.config import ConfigError, to_container
+from rltrans.envs import make_env
+from rltrans.envs.offline import (
+    DATASET_KINDS,
+    OfflineDataset,
+    detect_dataset_kind,
+    env_config_from_spec,
+    load_dataset,
+)
+from rltrans.learner import Learner, NonFiniteLossError
+from rltrans.logging import MetricLogger, ProgressBar
+from rltrans.registry import agent_entry, build_agent
+from rltrans.run import Run
+from rltrans.runtime.evaluation import TargetResult, evaluate_targets
+from rltrans.spaces import check_same_spaces
+
+__all__ = ["derive_targets", "eval_metrics", "train_offline"]
+
+EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from other seeds than any training use
+WARMUP_CAP = 0.1  # warmup is at most this fraction of train_steps (see configs/algo/offline.yaml)
+
+
+def derive_targets(returns: np.ndarray, count: int) -> list[float]:
+    """``count`` targets evenly spaced above the worst episode return, up to the best one.
+
+    The best return is the paper's main target (Chen et al. 2021, section 5); the spread
+    below it shows whether achieved return follows the target (their Figure 4).
+
+    Example:
+        >>> derive_targets(np.array([10.0, 20.0, 500.0]), 3)
+        [173.33, 336.67, 500.0]
+    """
+    if count < 1:
+        raise ConfigError(f"algo.eval_num_targets={count}; need at least 1")
+    lo, hi = float(returns.min()), float(returns.max())
+    values = np.linspace(lo, hi, count + 1)[1:] if hi > lo else np.array([hi])
+    return sorted({round(float(v), 2) for v in values})
+
+
+def eval_metrics(results: list[TargetResult]) -> dict[str, float]:
+    """``eval/return_target_<R>`` per target plus their mean, for TensorBoard."""
+    means = {f"eval/return_target_{r.target:g}": float(np.mean(r.returns)) for r in results}
+    lengths = [n for r in results for n in r.lengths]
+    return {
+        **means,
+        "eval/return_mean": float(np.mean(list(means.values()))),
+        "eval/length_mean": float(np.mean(lengths)),
+    }
+
+
+def window_length(cfg: DictConfig) -> int:
+    """K: algo.context, else the agent's own context (DT) or history (BC)."""
+    if not agent_entry(cfg.agent).return_conditioned:
+        raise ConfigError(
+            f"algo=offline trains return-conditioned agents (agent=dt or agent=bc); "
+            f"agent.kind={cfg.agent.get('kind')!r} is not one"
+        )
+    k = cfg.algo.context or cfg.agent.get("context") or cfg.agent.get("history")
+    if not k or k < 1:
+        raise ConfigError(f"window length K={k!r}; set algo.context to a positive integer")
+    return int(k)
+
+
+def eval_targets(cfg: DictConfig, returns: np.ndarray) -> list[float]:
+    """algo.eval_targets as floats, or targets derived from the dataset's returns."""
+    given = cfg.algo.eval_targets
+    if given is None:
+        return derive_targets(returns, cfg.algo.eval_num_targets)
+    values = list(given) if OmegaConf.is_list(given) else [given]
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"algo.eval_targets={given!r}; valid: null, a number, or a list like [100, 500]"
+        ) from None
+
+
+def eval_env_config(
+    cfg: DictConfig, dataset: OfflineDataset, num_envs: int, required: bool
+) -> dict[str, Any] | None:
+    """env=dataset -> the dataset's own evaluation env as a kind: gym config; others as given.
+
+    None when the dataset records no env and no evaluation is asked for.
+    """
+    if cfg.env.kind != "dataset":
+        return {**to_container(cfg.env), "num_envs": num_envs}
+    if dataset.env_spec is None:
+        if not required:
+            return None
+        raise ConfigError(
+            f"dataset {dataset.name!r} records no environment; choose one with env=gym "
+            f"env.id=<Gymnasium id>, or algo.eval_episodes=0 to train without evaluation"
+        )
+    try:
+        return env_config_from_spec(dataset.env_spec, num_envs)
+    except ValueError as err:
+        raise ConfigError(f"dataset {dataset.name!r}: {err}") from None
+
+
+def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
+    """The dataset cfg.dataset names, and its description for checkpoints and the summary."""
+    if cfg.dataset is None:
+        raise ConfigError(
+            "algo=offline (agent=dt|bc) needs dataset=<Minari id namespace/name-vN or d4rl-atari "
+            "id such as pong-mixed-v0>; write one with python -m rltrans.collect"
+        )
+    kind = cfg.dataset_kind
+    if kind not in DATASET_KINDS:
+        raise ConfigError(f"dataset_kind={kind!r}; valid: {', '.join(DATASET_KINDS)}")
+    if kind == "auto":
+        kind = detect_dataset_kind(str(cfg.dataset))
+    try:
+        dataset = load_dataset(
+            str(cfg.dataset),
+            kind,
+            download=cfg.algo.download,
+            dqn_replay=to_container(cfg.algo.dqn_replay),
+            progress=cfg.progress,
+        )
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None
+    returns = dataset.returns()
+    info = {
+        "id": str(cfg.dataset),
+        "kind": kind,
+        "episodes": len(dataset),
+        "steps": int(dataset.num_steps),
+        "min_return": float(returns.min()),
+        "mean_return": float(returns.mean()),
+        "max_return": float(returns.max()),
+    }
+    return dataset, info
+
+
+def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """DT/BC on a fixed dataset for ``train_steps`` gradient steps; returns the final summary."""
+    context = window_length(cfg)
+    name = f"{str(cfg.dataset).replace('/', '_')}-{cfg.agent.kind}"
+    run = Run.start(cfg, name=name, overrides=overrides)
+    cfg, device, algo = run.cfg, run.device, run.cfg.algo
+    with run.building("dataset"):
+        dataset, data_info = load(cfg)  # on resume: the saved config's dataset
+        # Data -> K-step windows; statistics computed once, stored in the model and checkpoint.
+        buffer = TrajectoryBuffer(
+            dataset,
+            context,
+            return_scale=algo.return_scale,
+            max_timestep=cfg.agent.get("max_timestep"),
+            top_fraction=algo.top_fraction,
+            seed=cfg.seed,
+        )
+    spaces = (buffer.observation_space, buffer.action_space)
+    targets = eval_targets(cfg, dataset.returns())
+    num_eval = len(targets) * algo.eval_episodes
+    envs = None
+    with run.building("env"):
+        # The config keeps what was asked (env=dataset); checkpoints record the env it
+        # resolved to, which rltrans.evaluate and rltrans.collect rebuild.
+        env_cfg = eval_env_config(cfg, dataset, max(num_eval, 1), required=num_eval > 0)
+        if num_eval > 0:
+            # ONE vector env for every evaluation: env i plays target i // eval_episodes.
+            seed = cfg.seed + EVAL_SEED_OFFSET
+            envs = make_env(env_cfg, seed=seed, device=device, training=False)
+            env_spaces = (envs.single_observation_space, envs.single_action_space)
+            check_same_spaces(
+                spaces, env_spaces, expected_label=f"dataset {cfg.dataset!r} has",
+                actual_label="the evaluation env has",
+            )  # fmt: skip
+    with run.building("agent"):
+        agent = build_agent(to_container(cfg.agent), *spaces, stats=buffer.stats()).to(device)
+    train_steps = int(cfg.train_steps)
+    learner = Learner(
+        agent,
+        lr=algo.lr,
+        total_updates=train_steps,
+        anneal_lr=algo.anneal_lr,
+        warmup_updates=min(int(algo.warmup_updates), int(WARMUP_CAP * train_steps)),
+        max_grad_norm=algo.max_grad_norm,
+        weight_decay=algo.weight_decay,
+        eps=algo.adam_eps,
+        amp=algo.amp,
+    )
+    sampler = np.random.default_rng(cfg.seed)  # window sampling, saved in checkpoints
+    step = run.resume(agent, learner, spaces)
+    if run.resumed_payload is not None:
+        sampler.bit_generator.state = json.loads(run.resumed_payload["sampler_rng"])
+
+    # Events logged after the checkpoint by an interrupted process are hidden (those AT its
+    # step were logged before it was written, so they stay).
+    purge = step + 1 if cfg.resume else None
+    logger = MetricLogger(run.dir, use_tensorboard=cfg.tensorboard, purge_step=purge)
+    bar = ProgressBar(train_steps, "train", "grad step", initial=step) if cfg.progress else None
+    results: list[TargetResult] = []
+    totals: dict[str, torch.Tensor] = {}
+    count, sample_s, learn_s, train_s, eval_s = 0, 0.0, 0.0, 0.0, 0.0
+    start, start_step, status = time.perf_counter(), step, "finished"
+    extra = {"agent_kwargs": {"stats": buffer.stats()}, "dataset": data_info}
+    extra.update(eval_targets=targets, eval_env=env_cfg)
+
+    def evaluate_and_save() -> list[TargetResult]:
+        found = []
+        if envs is not None:
+            found = evaluate_targets(
+                agent, envs, targets, algo.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET,
+                device=device, deterministic=algo.eval_deterministic,
+                max_steps=algo.eval_max_steps,
+            )  # fmt: skip
+            logger.log(step, eval_metrics(found))
+        sampler_state = json.dumps(sampler.bit_generator.state)  # ints too wide for tensors
+        run.save(step, agent, learner, spaces, extra={**extra, "sampler_rng": sampler_state})
+        return found
+
+    agent.train()
+    try:
+        while step < train_steps:
+            t0 = time.perf_counter()
+            batch = buffer.sample(algo.batch_size, sampler, device=device)  # (B, K, ...)
+            t1 = time.perf_counter()
+            with learner.autocast():
+                loss, metrics = agent.loss(batch)
+            metrics["grad_norm"] = learner.step(loss)
+            learner.end_update()  # the lr schedule counts gradient steps
+            t2 = time.perf_counter()
+            sample_s, learn_s, train_s = sample_s + t1 - t0, learn_s + t2 - t1, train_s + t2 - t0
+            for k, v in metrics.items():  # 0-d tensors: no host sync per step
+                totals[k] = totals.get(k, 0.0) + v.detach().float()
+            count, step = count + 1, step + 1
+            if step % algo.log_every == 0 or step == train_steps:
+                logger.log(
+                    step,
+                    {
+                        **{f"losses/{k}": v / count for k, v in totals.items()},
+                        "charts/lr": learner.lr,
+                        "charts/SPS": (step - start_step) / (time.perf_counter() - start),
+                        "perf/sample_ms": 1e3 * sample_s / count,
+                        "perf/learn_ms": 1e3 * learn_s / count,
+                    },
+                )
+                if bar is not None:
+                    bar.update(0, loss=logger.summary().get("losses/action"))
+                totals, count, sample_s, learn_s = {}, 0, 0.0, 0.0
+            if (algo.eval_every and step % algo.eval_every == 0) or step == train_steps:
+                t_eval = time.perf_counter()
+                results = evaluate_and_save()
+                eval_s += time.perf_counter() - t_eval
+                if bar is not None and results:
+                    bar.update(0, ret=eval_metrics(results)["eval/return_mean"])
+            if bar is not None:
+                bar.update(1)
+        if step == start_step:  # nothing left to train (resumed at the end): evaluate once
+            results = evaluate_and_save()
+    except NonFiniteLossError as err:
+        status = "stopped"
+        run.stop_message(step, err)
+    finally:
+        if bar is not None:
+            bar.close()
+        logger.close()
+        if envs is not None:
+            envs.close()
+        run.close()
+    summary: dict[str, Any] = {
+        "status": status,
+        "run_dir": str(run.dir),
+        "dataset": data_info,
+        "train_steps": step,  # gradient steps, resumed ones included
+        "loss": logger.summary().get("losses/action"),
+        "steps_per_s": (step - start_step) / max(1e-9, train_s),  # training only
+        "eval_s": eval_s,
+        "wall_s": time.perf_counter() - start,
+        "eval_targets": targets,
+        "eval_episodes_per_target": int(algo.eval_episodes),
+        "checkpoint": run.latest_checkpoint(),
+    }
+    if results:
+        summary["return_by_target"] = {f"{r.target:g}": float(np.mean(r.returns)) for r in results}
+        summary["eval_mean_return"] = eval_metrics(results)["eval/return_mean"]
+    return summary
