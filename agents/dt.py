@@ -14,15 +14,12 @@ Both models take raw `TrajectoryBatch` windows and own their scaling: state mean
 scale and the timestep embedding size come in as `stats` (`TrajectoryBuffer.stats()`) and
 live in registered buffers, so `state_dict()` (and every checkpoint) carries them.
 
-Acting, for N envs at once (one vectorised pass evaluates N target returns)::
+Acting, for N envs at once (one vectorised pass evaluates N target returns), through
+rltrans's acting interface, which :class:`rltrans.runtime.episodes.EpisodeLoop` drives::
 
-    state = model.initial_state(N, target_returns)  # (N,) one target per env
-    obs, _ = envs.reset(); done = np.ones(N, bool)
-    while ...:
-        action, state = model.act(obs, state, done)   # done: obs starts a new episode
-        obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
-        state = model.observe(state, reward)          # R_{t+1} = R_t - r_t
-        done = term | trunc
+    state = model.initial_state(N, target_returns)   # (N,) one target per env
+    out, state = model.act(obs, state, done)         # done: obs starts a new episode
+    state = model.observe(state, reward)             # R_{t+1} = R_t - r_t
 
 `done` must mark observations that begin an episode (vector envs with
 ``autoreset_mode=SAME_STEP``); the env's context then restarts from its own target.

@@ -279,7 +279,7 @@ def build_action_head(space: spaces.Space, in_dim: int) -> ActionHead:
         head = build_action_head(envs.single_action_space, 128)
         dist = head(features)                 # features (N, 128)
         a = dist.sample()                     # (N, *head.action_shape), stored in the buffer
-        envs.step(head.env_action(a))
+        env_a = head.env_action_tensor(a)     # the env's values (ActOutput.env_action)
     """
     if isinstance(space, spaces.Discrete):
         return CategoricalHead(space, in_dim)

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from rltrans.agents.memory_agent import MemoryAgent
-from rltrans.types import Segment
+from rltrans.types import ActOutput, Segment
 
 OBS = gym.spaces.Box(-1.0, 1.0, (8,), np.float32)
 ACT = gym.spaces.Discrete(4)
@@ -133,30 +133,46 @@ def timing_table(title: str, fns: dict[str, Callable[[], object]], agents, repea
         print(f"{name:30s} {params(agents[name]):15,d} {ms:8.3f} {ms / base:8.2f}")
 
 
-@torch.no_grad()
+class PonderRecorder:
+    """Greedy acting with a ut_act agent that also keeps each step's halting steps N per env
+    (the agent's own act() drops the backbone's aux); runs on the one acting loop."""
+
+    def __init__(self, agent: MemoryAgent) -> None:
+        self.agent = agent
+        self.ponder: torch.Tensor | None = None  # (N,) N of the last step
+
+    def initial_state(self, num_envs: int):
+        return self.agent.initial_state(num_envs)
+
+    @torch.no_grad()
+    def act(self, obs, state, done, *, deterministic: bool = True):
+        out = self.agent.backbone.step(self.agent.encode(obs), state, done)
+        self.ponder = out.aux["ponder_steps"]
+        action = self.agent.policy(out.hidden).mode()
+        return ActOutput(action, self.agent.policy.env_action_tensor(action)), out.state
+
+    def observe(self, state, reward):
+        return state
+
+
 def ponder_by_phase(run_dir: str, episodes: int) -> None:
     """Halting steps N per token of a trained ut_act policy, by episode phase."""
     from rltrans import load_policy
     from rltrans.envs import make_env
+    from rltrans.runtime.episodes import EpisodeLoop
 
     policy = load_policy(run_dir)
-    agent = policy.agent
     envs = make_env(policy.config["env"], seed=123, device="cpu", training=False)
-    obs, _ = envs.reset(seed=123)
-    n = envs.num_envs
-    state, done = agent.initial_state(n), torch.ones(n, dtype=torch.bool)
-    current: list[list[float]] = [[] for _ in range(n)]
+    recorder = PonderRecorder(policy.agent)
+    loop = EpisodeLoop(envs, recorder, seed=123, device="cpu", deterministic=True)
+    current: list[list[float]] = [[] for _ in range(envs.num_envs)]
     phases: dict[str, list[float]] = {"first": [], "middle": [], "last": []}
     finished = 0
     while finished < episodes:
-        x = agent.encoder(torch.as_tensor(obs))
-        h, state, aux = agent.backbone.step(x, state, done)
-        action = agent.policy(h).mode()
-        obs, _, term, trunc, _ = envs.step(action)
-        done = torch.as_tensor(term) | torch.as_tensor(trunc)
-        for i, steps in enumerate(aux["ponder_steps"].tolist()):
+        step = loop.step()
+        for i, steps in enumerate(recorder.ponder.tolist()):
             current[i].append(steps)
-            if done[i]:
+            if step.ended[i]:
                 ep, current[i] = current[i], []
                 phases["first"].append(ep[0])
                 phases["middle"] += ep[1:-1]

@@ -22,7 +22,7 @@ from rltrans import load_policy
 from rltrans.checkpoint import CheckpointError, load_checkpoint
 from rltrans.collect import main as collect_main
 from rltrans.evaluate import main as evaluate_main
-from rltrans.run import RunFolderLock, default_run_dir
+from rltrans.run import RunFolderLock, default_run_dir, payload_spaces
 from rltrans.train import main as train_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -340,3 +340,32 @@ def test_trusted_env_code_runs_and_wrapper_paths_must_name_wrapper_classes(
     assert evaluate_main([f"checkpoint={path}", "episodes=1", "trust_env_code=true"]) == 2
     assert "not a gymnasium.Wrapper subclass" in capsys.readouterr().err
     assert not victim.exists()
+
+
+def test_format_1_checkpoints_still_load(cartpole_checkpoint, tmp_path, capsys):
+    """The layout earlier rltrans wrote: format_version 1, spaces as a description dict plus
+    exact JSON under *_json keys, the agent named by an import path."""
+    from rltrans.spaces import space_to_dict
+
+    payload = torch.load(cartpole_checkpoint, weights_only=True)
+    obs_json, act_json = payload["observation_space"], payload["action_space"]
+    spaces = payload_spaces(payload)
+    agent = payload["config"]["agent"]
+    payload["config"]["agent"] = {
+        "_target_": "agents.memory_agent.MemoryAgent",
+        **{k: v for k, v in agent.items() if k != "kind"},
+    }
+    payload.update(
+        format_version=1,
+        observation_space=space_to_dict(spaces[0]),
+        action_space=space_to_dict(spaces[1]),
+        observation_space_json=obs_json,
+        action_space_json=act_json,
+    )
+    path = tmp_path / "v1" / "last.pt"
+    path.parent.mkdir()
+    torch.save(payload, path)
+    policy = load_policy(path)
+    assert policy.observation_space == spaces[0]
+    assert evaluate_main([f"checkpoint={path}", "episodes=2", "num_envs=2"]) == 0
+    assert summary_line(capsys.readouterr().out)["episodes"] == 2
