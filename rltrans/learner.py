@@ -1,7 +1,7 @@
 """Learners: optimizer, learning-rate schedule, gradient clipping, AMP, non-finite checks.
 
 A learner knows no environment and no process: it receives batches and
-returns metrics (STYLE 8). :class:`Learner` is the generic part;
+returns metrics. :class:`Learner` is the generic part;
 :class:`PPOLearner` runs PPO's epochs of minibatches over a rollout.
 """
 

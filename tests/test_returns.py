@@ -1,4 +1,4 @@
-"""GAE, V-trace and returns-to-go against naive per-env, per-episode loops (invariant 9)."""
+"""GAE, V-trace and returns-to-go against naive per-env, per-episode loops."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def small_agent(envs, backbone, memory=8):
 @pytest.mark.parametrize("backbone", ["gtrxl", "trxl", "trxl_i", "universal", "lstm", "mlp"])
 @pytest.mark.parametrize("segment_length", [1, 8, 32])
 def test_replay_fidelity(backbone, segment_length):
-    """Invariant 5: the learner's first pass recomputes the acting log-probs and values."""
+    """The learner's first pass recomputes the acting log-probs and values."""
     envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)  # many episode ends
     agent = small_agent(envs, backbone)
     buffer = RolloutBuffer(32, 4, segment_length, "cpu")

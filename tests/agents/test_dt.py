@@ -102,7 +102,7 @@ def test_action_read_from_state_tokens():
 @pytest.mark.parametrize("space", [DISCRETE, BOX], ids=["discrete", "continuous"])
 def test_prediction_t_sees_returns_states_to_t_and_actions_before_t(space):
     """Perturbing a_t or anything later leaves the step-t prediction unchanged; R_t, s_t,
-    a_{t-1} and the timestep of t each change it (ARCHITECTURE invariants 1 and 10)."""
+    a_{t-1} and the timestep of t each change it (causality; Chen et al. 2021 token order)."""
     model = make_dt(space)
     batch = random_batch(space)
     base = model(batch)
@@ -255,7 +255,7 @@ def windows_by_hand(obs, actions, rewards, target, k):
 
 @pytest.mark.parametrize("space", [DISCRETE, BOX], ids=["discrete", "continuous"])
 def test_acting_equals_batched_forward_on_the_same_trajectory(space):
-    """Cached context == recomputed window (invariant 3), also once the context slides."""
+    """Cached context == recomputed window, also once the context slides."""
     model = make_dt(space)
     t_len, n = 3 * K, 2
     g = torch.Generator().manual_seed(2)

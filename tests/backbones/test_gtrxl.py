@@ -68,7 +68,7 @@ def test_causality(position, gate, norm):
 @pytest.mark.parametrize(("position", "gate"), COMBOS)
 @pytest.mark.parametrize("chunk", [1, 4, 5])
 def test_chunked_with_memory_equals_whole_with_window(position, gate, chunk):
-    """Invariant 2: chunks of any length with memory M == the whole sequence with window M."""
+    """Chunks of any length with memory M == the whole sequence with window M."""
     stack = make(position, gate)
     x = seq()
     whole = stack(x, stack.empty_memory(3, dtype=x.dtype)).hidden
@@ -95,7 +95,7 @@ def test_window_really_limits_attention():
 
 @pytest.mark.parametrize(("position", "gate"), COMBOS)
 def test_cached_step_equals_recomputed_window(position, gate):
-    """Invariant 3: acting one step at a time with the key/value cache == recomputing."""
+    """Acting one step at a time with the key/value cache == recomputing."""
     stack = make(position, gate)
     x = seq()
     whole, memory, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
@@ -110,7 +110,7 @@ def test_cached_step_equals_recomputed_window(position, gate):
 
 @pytest.mark.parametrize("position", ["xl", "rotary", "learned", "shaw"])
 def test_episode_isolation_in_training_and_acting(position):
-    """Invariant 4: after a reset nothing from the previous episode reaches the outputs."""
+    """After a reset nothing from the previous episode reaches the outputs."""
     stack = make(position)
     x = seq(batch=2)
     starts = torch.zeros(2, T, dtype=torch.bool)

@@ -63,7 +63,7 @@ def test_halting_spreads_over_depths_in_these_tests():
 @pytest.mark.parametrize("position", ["sinusoidal", "learned", "xl"])
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_halting_off_equals_the_block_applied_S_times_by_hand(position, norm):
-    """Invariant 8: H^t = Block(H^{t-1} + P^t), t = 1..S, with P^t = position + sinusoid(t)."""
+    """H^t = Block(H^{t-1} + P^t), t = 1..S, with P^t = position + sinusoid(t)."""
     ut = make(position, halting="none", memory=0, norm=norm)
     x = seq()
     y, memory, aux = ut(x)
@@ -81,7 +81,7 @@ def test_halting_off_equals_the_block_applied_S_times_by_hand(position, norm):
 
 @pytest.mark.parametrize("position", ["xl", "rotary", "alibi"])
 def test_halting_off_without_depth_signal_equals_a_tied_transformer_stack(position):
-    """Invariant 8: the UT equals a TransformerStack of S blocks that all hold the shared
+    """The UT equals a TransformerStack of S blocks that all hold the shared
     block's weights, in chunks with memory, including the memory it hands on."""
     ut = make(position, halting="none")
     ut.depth_signal.zero_()  # relative positions only: P^t = 0, the stack adds nothing either
@@ -135,7 +135,7 @@ def test_halted_position_keeps_its_state_and_still_writes_memory():
 @pytest.mark.parametrize("position", ["xl", "rotary", "learned", "sinusoidal", "shaw"])
 @pytest.mark.parametrize("chunk", [1, 5])
 def test_chunked_with_memory_equals_whole(position, chunk):
-    """Invariant 2 with one memory per depth step; halting decisions agree too."""
+    """Segment recurrence with one memory per depth step; halting decisions agree too."""
     ut = make(position)
     x = seq()
     whole, _, aux = ut(x, ut.empty_memory(3, dtype=x.dtype))
@@ -147,7 +147,7 @@ def test_chunked_with_memory_equals_whole(position, chunk):
 @pytest.mark.parametrize("position", ["xl", "learned", "alibi"])
 @pytest.mark.parametrize("halting", ["act", "none"])
 def test_cached_step_equals_forward(position, halting):
-    """Invariant 3: acting with the per-depth key/value cache == the training forward."""
+    """Acting with the per-depth key/value cache == the training forward."""
     ut = make(position, halting=halting)
     x = seq()
     whole, memory, aux = ut(x, ut.empty_memory(3, dtype=x.dtype))
@@ -173,7 +173,7 @@ def test_causality():
 
 @pytest.mark.parametrize("position", ["xl", "learned"])
 def test_episode_isolation_in_training_and_acting(position):
-    """Invariant 4: after a reset nothing from the previous episode reaches the outputs."""
+    """After a reset nothing from the previous episode reaches the outputs."""
     ut = make(position)
     x = seq(batch=2)
     starts = torch.zeros(2, T, dtype=torch.bool)

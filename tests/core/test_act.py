@@ -48,7 +48,7 @@ REGIMES = [("early", 2.0, 0.0), ("budget", -6.0, 0.0), ("mixed", -1.0, 1.5)]
 @pytest.mark.parametrize(("regime", "bias", "weight_std"), REGIMES)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_equals_naive_per_position_loop_and_weights_sum_to_one(regime, bias, weight_std, seed):
-    """Invariant 8 (ACT half): the masked fixed loop == a naive per-position loop."""
+    """ACT halting: the masked fixed loop == a naive per-position loop."""
     act, step_fn = make_act(bias, weight_std, seed), pointwise_step(seed)
     x = torch.randn(3, 4, D, dtype=torch.float64)
     res = act(x, step_fn)

@@ -14,7 +14,7 @@ def relative_change(gate, x, y):
 
 
 def test_gru_gate_at_init_is_close_to_identity():
-    """Invariant 7: with b_g = 2 the update gate starts near 0.12, so g(x, y) stays near x."""
+    """With b_g = 2 the update gate starts near 0.12, so g(x, y) stays near x."""
     x, y = torch.randn(256, D), torch.randn(256, D)
     assert relative_change(GRUGate(D, gate_bias=2.0), x, y) < 0.2
     # ... and the larger the bias, the closer to identity; with b_g = 0 it is not.
