@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -278,6 +279,15 @@ def to_container(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
+def _print_to_pipe(text: str) -> None:
+    """Print long output that may be cut short by its reader (``--help | head``) quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # The reader left: point stdout at /dev/null so the interpreter's final flush is silent.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -> int:
     """Shared body of the command-line tools: ``--help``, ``--cfg``, config errors and the
     one-line JSON summary. ``run(cfg) -> summary`` gets a config that passed
@@ -291,7 +301,7 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
     overrides = [a for a in argv if a not in ("--cfg", "--help", "-h")]
     try:
         if "--help" in argv or "-h" in argv:
-            print(doc.strip() + "\n\n" + config_help(config_name, overrides))
+            _print_to_pipe(doc.strip() + "\n\n" + config_help(config_name, overrides))
             return 0
         cfg = load_config(overrides, config_name)  # every bad value stops here, before run()
         if "--cfg" in argv:
