@@ -2,7 +2,8 @@
 
 A learner knows no environment and no process: it receives batches and
 returns metrics. :class:`Learner` is the generic part;
-:class:`PPOLearner` runs PPO's epochs of minibatches over a rollout.
+:class:`PPOLearner` runs PPO's epochs of minibatches over a rollout;
+:class:`ImpalaLearner` takes one V-trace gradient step per batch of rollouts.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from torch import Tensor, nn
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.compiling import compiled
 from rltrans.flat import FlatLayout, flatten, is_flat_state, to_flat_state, to_per_parameter_state
+from rltrans.losses.impala import impala_loss
 from rltrans.losses.ppo import ppo_loss
-from rltrans.types import Aux, PPOBatch
+from rltrans.returns import next_values_from
+from rltrans.types import Aux, PPOBatch, Segment, tree_map, tree_stack
 
 
 class NonFiniteLossError(RuntimeError):
@@ -205,5 +208,148 @@ class PPOLearner(Learner):
         self.end_update()
         self.distributions = {k: torch.cat(v) for k, v in pieces.items()}
         out = {k: v / count for k, v in totals.items()}
+        out["lr"] = torch.tensor(self.lr)
+        return out
+
+
+class ImpalaLearner(Learner):
+    """IMPALA (Espeholt et al. 2018): one gradient step per batch of B rollouts, V-trace over
+    the whole rollout of T steps; the segments of L steps (each replayed from its stored
+    memory, as PPO does) only bound how far gradients flow back in time.
+
+    The bootstrap V(x_T) after each rollout, like V(final obs) of truncated episodes, is the
+    one its actor computed with the behaviour weights (``bootstrap_value``): exact when the
+    weights that acted are the learner's (policy lag 0, runtime=local), and otherwise the
+    only stale value in the targets, discounted by gamma^(T - s) and the traces. Recomputing
+    it would need the memory after the rollout, which a rollout does not carry.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        impala: dict[str, Any],
+        compile: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, eps=impala.get("adam_eps", 1e-5), **kwargs)
+        if impala.get("optimizer", "rmsprop") == "rmsprop":
+            # RMSProp as in the paper (torch adds eps outside the square root, TF inside).
+            schedule = self.scheduler.lr_lambdas[0]
+            self.optimizer = torch.optim.RMSprop(
+                self.params,
+                lr=kwargs["lr"],
+                alpha=impala["rmsprop_alpha"],
+                eps=impala["rmsprop_eps"],
+                momentum=impala["rmsprop_momentum"],
+            )
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        pg_rho_bar = impala.get("pg_rho_bar")
+        self.loss_kwargs = {
+            "gamma": impala["gamma"],
+            "rho_bar": impala["rho_bar"],
+            "c_bar": impala["c_bar"],
+            "pg_rho_bar": pg_rho_bar,
+            "lam": impala["vtrace_lambda"],
+            "vf_coef": impala["vf_coef"],
+            "ent_coef": impala["ent_coef"],
+        }
+        self.loss = compiled(self.batch_loss) if compile else self.batch_loss
+        self.distributions: dict[str, Tensor] = {}
+
+    @staticmethod
+    def concat(buffers: list[RolloutBuffer]) -> dict[str, Any]:
+        """B rollouts of (T, N_i) as one time-major batch (T, sum N_i), memories likewise."""
+        first = buffers[0]
+        for b in buffers[1:]:
+            if (b.num_steps, b.segment_length) != (first.num_steps, first.segment_length):
+                raise ValueError("rollouts of one learner step need the same T and L")
+
+        def cat(*xs: Tensor) -> Tensor:
+            return xs[0] if len(xs) == 1 else torch.cat(xs, dim=1)
+
+        def cat_memory(*ms: Tensor) -> Tensor:
+            return ms[0] if len(ms) == 1 else torch.cat(ms, dim=0)  # memories are batch-first
+
+        fields = ("actions", "starts", "log_probs", "rewards", "terminated", "truncated")
+        out = {f: cat(*(getattr(b, f) for b in buffers)) for f in fields}
+        out["final_values"] = cat(*(b.final_values for b in buffers))
+        out["obs"] = tree_map(cat, *(b.obs for b in buffers))
+        out["memories"] = [
+            tree_map(cat_memory, *(b.memories[k] for b in buffers))
+            for k in range(len(first.memories))
+        ]
+        return out
+
+    def replay(
+        self, batch: dict[str, Any], segment_length: int
+    ) -> tuple[Tensor, Tensor, Tensor, Aux]:
+        """Target log-probs, entropies and values (T, N) of a batch from :meth:`concat`: every
+        segment of L steps replayed from its stored memory (``agent.evaluate``), as PPO does."""
+        steps, envs = batch["starts"].shape
+        k = steps // segment_length
+
+        def to_segments(x: Tensor) -> Tensor:  # (T, N, ...) -> (K * N, L, ...)
+            x = x.reshape(k, segment_length, envs, *x.shape[2:]).transpose(1, 2)
+            return x.reshape(k * envs, segment_length, *x.shape[3:])
+
+        def to_time(x: Tensor) -> Tensor:  # (K * N, L) -> (T, N)
+            return x.reshape(k, envs, segment_length).transpose(1, 2).reshape(steps, envs)
+
+        memory = tree_map(lambda m: m.flatten(0, 1), tree_stack(batch["memories"]))
+        segment = Segment(
+            obs=tree_map(to_segments, batch["obs"]),
+            actions=to_segments(batch["actions"]),
+            starts=to_segments(batch["starts"]),
+            memory=memory,
+        )
+        with self.autocast():
+            log_prob, entropy, value, aux = self.model.evaluate(segment)
+        log_prob, entropy, value = (to_time(x.float()) for x in (log_prob, entropy, value))
+        return log_prob, entropy, value, aux
+
+    def batch_loss(
+        self, batch: dict[str, Any], segment_length: int, bootstrap: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor], Aux]:
+        """Replay every segment, then the IMPALA loss over the whole (T, N) batch: V-trace
+        runs over all T steps; gradients flow only within a segment."""
+        log_prob, entropy, value, aux = self.replay(batch, segment_length)
+        next_values = next_values_from(
+            value.detach(), bootstrap, batch["truncated"], batch["final_values"]
+        )
+        loss, metrics = impala_loss(
+            log_prob,
+            batch["log_probs"],
+            entropy,
+            value,
+            next_values,
+            batch["rewards"],
+            batch["terminated"],
+            batch["truncated"],
+            **self.loss_kwargs,
+        )
+        with torch.no_grad():  # k3 estimate of KL(behaviour || target), as PPO reports it
+            log_rho = log_prob - batch["log_probs"]
+            metrics["approx_kl"] = ((log_rho.exp() - 1.0) - log_rho).mean()
+        per_token = {}
+        for name, v in aux.items():  # e.g. a ponder cost an agent adds to its loss
+            if name.startswith("loss_"):
+                loss = loss + v
+            if v.dim() == 0:
+                metrics[name] = v.detach()
+            else:
+                per_token[name] = v.detach()
+        return loss, metrics, per_token
+
+    def update(self, buffers: list[RolloutBuffer], bootstrap_values: list[Tensor]) -> dict:
+        """One gradient step on B rollouts (each (T, N_i)) with their bootstrap values (N_i,);
+        returns the metrics (0-d tensors) and keeps per-token aux in :attr:`distributions`."""
+        batch = self.concat(list(buffers))
+        bootstrap = torch.cat([v.reshape(-1).float() for v in bootstrap_values])
+        loss, metrics, aux = self.loss(batch, buffers[0].segment_length, bootstrap)
+        metrics["grad_norm"] = self.step(loss)
+        self.end_update()
+        self.distributions = {k: v.reshape(-1) for k, v in aux.items()}
+        out = {k: v.detach().float() for k, v in metrics.items()}
         out["lr"] = torch.tensor(self.lr)
         return out

@@ -344,6 +344,18 @@ class Run:
         self.resumed_payload = payload
         return int(payload["global_step"])
 
+    def whole_updates(self, steps_per_update: int, made_of: str) -> int:
+        """Updates needed for ``total_steps`` env steps, rounded up to whole updates of
+        ``steps_per_update`` (``made_of`` names its factors); the rounding is said on stderr."""
+        total = max(1, -(-self.cfg.total_steps // steps_per_update))  # ceil
+        if total * steps_per_update != self.cfg.total_steps and not self.cfg.resume:
+            print(
+                f"total_steps={self.cfg.total_steps} rounded up to {total * steps_per_update}: "
+                f"whole updates of {made_of} = {steps_per_update} steps",
+                file=sys.stderr,
+            )
+        return total
+
     def stop_message(self, step: int, err: Exception) -> None:
         """Say why training stopped early (a non-finite loss) and which checkpoint is good."""
         print(

@@ -162,6 +162,24 @@ def _train_specs() -> dict[str, Spec]:
         "algo.dqn_replay.order": choice(get_args(Order)),
         "algo.dqn_replay.partial": choice(get_args(Partial)),
         "algo.dqn_replay.frame_stack": POSITIVE,
+        # algo=impala
+        "algo.batch_rollouts": POSITIVE,
+        "algo.rho_bar": number(0.0, open_low=True),
+        "algo.c_bar": number(0.0, open_low=True),
+        "algo.pg_rho_bar": number(0.0, open_low=True, null=True),
+        "algo.vtrace_lambda": number(**unit),
+        "algo.optimizer": choice(("rmsprop", "adam")),
+        "algo.rmsprop_alpha": number(**unit, open_high=True),
+        "algo.rmsprop_eps": number(0.0, open_low=True),
+        "algo.rmsprop_momentum": number(**unit, open_high=True),
+        "algo.max_policy_lag": integer(0),
+        # runtime (where IMPALA's actors run; PPO ignores it)
+        "runtime.kind": choice(group_kinds("runtime")),
+        "runtime.num_actors": POSITIVE,
+        "runtime.envs_per_actor": integer(1, null=True),
+        "runtime.slots": integer(1, null=True),
+        "runtime.start_method": choice(("spawn", "forkserver")),
+        "runtime.max_restarts": integer(0),
         # env
         "env.kind": choice(group_kinds("env")),
         "env.id": string(),
@@ -402,7 +420,7 @@ def _train_cross_checks(cfg: dict, bad: set[str]) -> list[str]:
         kind == "dt" or (kind == "memory" and backbone in (*PRESETS, "universal"))
     ):
         problems += _divides("agent.heads", agent.get("heads"), "agent.dim", agent.get("dim"))
-    if algo_kind == "online" and not bad & {"algo.num_steps", "algo.segment_length"}:
+    if algo_kind in ("online", "impala") and not bad & {"algo.num_steps", "algo.segment_length"}:
         length, steps = algo.get("segment_length"), algo.get("num_steps")
         problems += _divides("algo.segment_length", length, "algo.num_steps", steps)
     if kind == "memory" and backbone == "universal" and agent.get("layers"):

@@ -1,8 +1,8 @@
 """python -m rltrans.train [group=option ...] [key=value ...]   (--help lists every knob)
 
-Online training (algo=ppo) and offline training of return-conditioned policies
+Online training (algo=ppo|impala) and offline training of return-conditioned policies
 (agent=dt|bc, dataset=<id>) share one run context (rltrans.run) and read top to bottom in
-rltrans.trainers.ppo and rltrans.trainers.offline. Prints one JSON summary line at the end.
+rltrans.trainers.ppo, .impala and .offline. Prints one JSON summary line at the end.
 """
 
 from __future__ import annotations
@@ -30,8 +30,14 @@ def _offline(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any]:
     return train_offline(cfg, overrides)
 
 
+def _impala(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any]:
+    from rltrans.trainers.impala import train_impala
+
+    return train_impala(cfg, overrides)
+
+
 # Picked once from algo.kind; trainers are imported on demand (DT users need no PPO imports).
-TRAINERS: dict[str, Trainer] = {"online": _ppo, "offline": _offline}
+TRAINERS: dict[str, Trainer] = {"online": _ppo, "offline": _offline, "impala": _impala}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,13 +45,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     with run.building("agent"):
         agent = build_agent(to_container(cfg.agent), *spaces).to(device)
     steps_per_update = algo.num_steps * envs.num_envs
-    total_updates = max(1, -(-cfg.total_steps // steps_per_update))  # ceil: whole updates
-    if total_updates * steps_per_update != cfg.total_steps and not cfg.resume:
-        print(
-            f"total_steps={cfg.total_steps} rounded up to {total_updates * steps_per_update}: "
-            f"whole updates of algo.num_steps x env.num_envs = {steps_per_update} steps",
-            file=sys.stderr,
-        )
+    total_updates = run.whole_updates(steps_per_update, "algo.num_steps x env.num_envs")
     learner = PPOLearner(
         agent,
         ppo=to_container(algo),

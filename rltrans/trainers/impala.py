@@ -1,0 +1,218 @@
+"""IMPALA (Espeholt et al. 2018): actors roll out, the learner trains on their rollouts with
+V-trace off-policy correction, for any memory agent.
+
+Reads top to bottom like trainers/ppo.py: open the run, build, then loop
+
+    get B rollouts from the actor pool (dropping those older than max_policy_lag)
+    -> one V-trace update (the learner) -> publish the weights -> log -> checkpoint
+
+The actor pool (:mod:`rltrans.runtime.pool`) is the only thing a runtime changes:
+``runtime=local`` steps ``num_actors`` actors in this process, round-robin with the
+learner's own module (deterministic, policy lag 0); ``runtime=process`` runs them in
+actor processes (:mod:`rltrans.runtime.process`). Either way every actor acts through
+the one acting loop. Rewards are scaled here, one running scaler per actor, so their
+statistics are in the checkpoints whatever the runtime.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from rltrans.config import ConfigError, to_container
+from rltrans.envs import make_env
+from rltrans.learner import ImpalaLearner, NonFiniteLossError
+from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
+from rltrans.registry import build_agent
+from rltrans.run import Run
+from rltrans.runtime.actors import RewardScaler
+from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
+from rltrans.trainers.ppo import run_name
+
+
+def build_pool(
+    cfg: DictConfig,
+    agent: torch.nn.Module,
+    envs: list[Any],
+    *,
+    seed: int,
+    device: torch.device,
+    on_info: Callable[[dict[str, Any]], Any],
+) -> ActorPool:
+    """The actor pool ``cfg.runtime`` names; its envs reset with ``seed``."""
+    algo, kind = cfg.algo, cfg.runtime.kind
+    if kind == "local":
+        return LocalPool(
+            envs,
+            agent,
+            num_steps=algo.num_steps,
+            segment_length=algo.segment_length,
+            seed=seed,
+            device=device,
+            on_info=on_info,
+        )
+    try:
+        from rltrans.runtime.process import ProcessPool
+    except ImportError:
+        raise ConfigError(
+            f"runtime={kind}: not available in this version; valid: runtime=local"
+        ) from None
+    for e in envs:  # the actor processes build their own
+        e.close()
+    return ProcessPool.from_config(cfg, agent, seed=seed, device=device, on_info=on_info)
+
+
+def scale_rewards(rollout: Rollout, scalers: list[RewardScaler] | None) -> None:
+    """Scale the rollout's rewards in place, step by step, with its actor's running scaler."""
+    if scalers is None:
+        return
+    buffer, scaler = rollout.buffer, scalers[rollout.actor_id]
+    ended = buffer.terminated | buffer.truncated
+    for t in range(buffer.num_steps):
+        buffer.rewards[t] = scaler(buffer.rewards[t], ended[t]).to(buffer.rewards.dtype)
+
+
+def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Train for ``total_steps`` env steps (steps trained on); returns the final summary."""
+    run = Run.start(cfg, name=run_name(cfg), overrides=overrides)
+    cfg, device, algo = run.cfg, run.device, run.cfg.algo
+    local = cfg.runtime.kind == "local"
+    num_actors = cfg.runtime.num_actors if local else 1  # process: the pool builds its own
+    with run.building("env"):
+        envs = [make_env(cfg.env, seed=cfg.seed + i, device=device) for i in range(num_actors)]
+    spaces = (envs[0].single_observation_space, envs[0].single_action_space)
+    with run.building("agent"):
+        agent = build_agent(to_container(cfg.agent), *spaces).to(device)
+    per_actor = None if local else cfg.runtime.get("envs_per_actor")  # N of each rollout
+    num_envs = per_actor or envs[0].num_envs
+    steps_per_update = algo.batch_rollouts * algo.num_steps * num_envs
+    made_of = "algo.batch_rollouts x algo.num_steps x envs per actor"
+    total_updates = run.whole_updates(steps_per_update, made_of)
+    learner = ImpalaLearner(
+        agent,
+        impala=to_container(algo),
+        lr=algo.lr,
+        total_updates=total_updates,
+        anneal_lr=algo.anneal_lr,
+        max_grad_norm=algo.max_grad_norm,
+        amp=algo.amp,
+        compile=cfg.compile,
+    )
+    if cfg.compile:
+        what = "the IMPALA loss and the acting step" if agent.compile_step() else "the loss"
+        print(f"compile=true: the first update compiles {what} (~15-60 s)", file=sys.stderr)
+    global_step = run.resume(agent, learner, spaces)
+    resumed = run.resumed_payload or {}
+    update = int(resumed.get("update", 0))
+    dropped = int(resumed.get("dropped", 0))
+
+    actors = cfg.runtime.num_actors
+    scalers = None
+    if algo.reward_scaling:
+        scalers = [RewardScaler(num_envs, algo.gamma, device) for _ in range(actors)]
+        for scaler, state in zip(scalers, resumed.get("reward_scalers") or [], strict=False):
+            scaler.load_state_dict(state)
+    tracker = EpisodeTracker(window=100)
+    if resumed.get("episodes"):
+        tracker.load_state_dict(resumed["episodes"])
+    pool = build_pool(
+        cfg, agent, envs, seed=cfg.seed + update, device=device, on_info=tracker.update
+    )
+    pool.publish(agent.state_dict(), update)
+    # Events logged after the checkpoint by an interrupted process are hidden (those AT its
+    # step were logged before it was written, so they stay).
+    purge = global_step + 1 if cfg.resume else None
+    logger = MetricLogger(run.dir, use_tensorboard=cfg.tensorboard, purge_step=purge)
+    bar = None
+    if cfg.progress:
+        bar = ProgressBar(total_updates * steps_per_update, "train", "step", initial=global_step)
+    start, start_step, status = time.perf_counter(), global_step, "finished"
+    try:
+        while global_step < cfg.total_steps:
+            rollouts: list[Rollout] = []
+            lags: list[int] = []
+            while len(rollouts) < algo.batch_rollouts:
+                rollout = pool.get()
+                scale_rewards(rollout, scalers)  # every rollout: the running returns go on
+                lag = update - rollout.policy_version
+                if lag > algo.max_policy_lag:  # too stale to correct: dropped and counted
+                    dropped += 1
+                    pool.release(rollout)
+                    continue
+                rollouts.append(rollout)
+                lags.append(lag)
+            t_learn = time.perf_counter()
+            metrics = learner.update(
+                [r.buffer for r in rollouts], [r.bootstrap_value for r in rollouts]
+            )
+            for rollout in rollouts:  # after the update: acting == replay within a rollout
+                agent.update_obs_norm(rollout.buffer.obs)
+                pool.release(rollout)
+            learn_s = time.perf_counter() - t_learn
+            global_step += steps_per_update
+            update += 1
+            pool.publish(agent.state_dict(), update)
+            stats = pool.stats()
+            sps = (global_step - start_step) / (time.perf_counter() - start)
+            logger.log(
+                global_step,
+                {
+                    **{f"losses/{k}": v for k, v in metrics.items()},
+                    **tracker.metrics(),
+                    "charts/SPS": sps,
+                    "perf/learner_sps": steps_per_update / max(learn_s, 1e-9),
+                    "perf/policy_lag": sum(lags) / len(lags),
+                    "perf/queue_wait_ms": stats.get("queue_wait_ms", 0.0),
+                    "perf/actor_restarts": stats.get("restarts", 0.0),
+                    "perf/dropped_rollouts": dropped + stats.get("dropped", 0.0),
+                    "perf/env_ms": stats.get("env_ms", 0.0),
+                    "perf/act_ms": stats.get("act_ms", 0.0),
+                    "perf/learn_ms": 1e3 * learn_s,
+                },
+            )
+            logger.log_histogram(global_step, "perf/policy_lag", torch.tensor(lags))
+            for name, values in learner.distributions.items():  # e.g. ponder steps per token
+                logger.log_histogram(global_step, f"charts/{name}", values)
+            if update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
+                extra: dict[str, Any] = {
+                    "update": update,
+                    "episodes": tracker.state_dict(),
+                    "dropped": dropped,
+                }
+                if scalers is not None:
+                    extra["reward_scalers"] = [s.state_dict() for s in scalers]
+                run.save(global_step, agent, learner, spaces, extra=extra)
+                # Every env starts afresh after a checkpoint, as in a run resumed from it, so
+                # an interrupted run continues exactly as this one does.
+                pool.restart_envs(cfg.seed + update)
+                for scaler in scalers or ():  # running returns belong to the cut episodes
+                    scaler.returns.zero_()
+            if bar is not None:
+                bar.update(steps_per_update, SPS=f"{sps:.0f}", ret=tracker.mean_return)
+    except NonFiniteLossError as err:
+        status = "stopped"
+        run.stop_message(global_step, err)
+    finally:
+        if bar is not None:
+            bar.close()
+        logger.close()
+        pool.close()
+        run.close()
+    return {
+        "status": status,
+        "run_dir": str(run.dir),
+        "global_step": global_step,
+        "updates": update,
+        "dropped_rollouts": dropped,
+        "episodic_return": tracker.mean_return,
+        "episodic_length": tracker.mean_length,
+        "success_rate": tracker.success_rate,
+        "episodes": tracker.episodes_seen,
+        "SPS": (global_step - start_step) / max(1e-9, time.perf_counter() - start),
+        "checkpoint": run.latest_checkpoint(),
+    }
