@@ -6,7 +6,6 @@ logging may change; other differences are refused naming the keys)."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import subprocess
@@ -23,31 +22,14 @@ from rltrans.collect import main as collect_main
 from rltrans.run import Run
 from rltrans.train import main as train_main
 from rltrans.trainers import ppo as ppo_trainer
+from tests.cli import TINY_PPO, summary_line
 from tests.helpers_kill import KILL_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 KILLER = "env.wrappers=[{path: tests.helpers_kill.KillAtStep}]"
-PPO_TINY = [
-    "env.num_envs=4",
-    "algo.num_steps=16",
-    "algo.segment_length=8",
-    "algo.num_minibatches=2",
-    "algo.epochs=1",
-    "agent.dim=16",
-    "agent.layers=1",
-    "agent.heads=2",
-    "agent.memory=8",
-    "progress=false",
-    "torch_threads=1",
-]
+PPO_TINY = [*TINY_PPO, "torch_threads=1"]
 # Wall-clock metrics differ between any two runs; everything else must be identical.
 WALL_CLOCK = re.compile(r"^(charts/SPS|perf/)")
-
-
-def summary_line(out: str) -> dict:
-    lines = [line for line in out.strip().splitlines() if line.startswith("{")]
-    assert len(lines) == 1, out
-    return json.loads(lines[0])
 
 
 def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:

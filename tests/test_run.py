@@ -7,7 +7,6 @@ classes still load), and a build error leaves no run folder behind."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import multiprocessing
 import os
 import signal
@@ -24,28 +23,11 @@ from rltrans.collect import main as collect_main
 from rltrans.evaluate import main as evaluate_main
 from rltrans.run import RunFolderLock, default_run_dir, payload_spaces
 from rltrans.train import main as train_main
+from tests.cli import TINY_PPO, summary_line
 
 ROOT = Path(__file__).resolve().parents[1]
 # T-maze (torch-native, the default env): 2 updates of 4 envs x 16 steps in about a second.
-TINY = [
-    "env.num_envs=4",
-    "algo.num_steps=16",
-    "algo.segment_length=8",
-    "algo.num_minibatches=2",
-    "algo.epochs=1",
-    "agent.dim=16",
-    "agent.layers=1",
-    "agent.heads=2",
-    "agent.memory=8",
-    "progress=false",
-    "torch_threads=1",
-]
-
-
-def summary_line(out: str) -> dict:
-    lines = [line for line in out.strip().splitlines() if line.startswith("{")]
-    assert len(lines) == 1, out
-    return json.loads(lines[0])
+TINY = [*TINY_PPO, "torch_threads=1"]
 
 
 def overwrite_override() -> str:

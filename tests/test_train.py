@@ -1,7 +1,6 @@
 """Command-line training and evaluation: short runs, config errors, resume after SIGKILL,
 corrupt and mismatched checkpoints, NaN detection."""
 
-import json
 import os
 import signal
 import subprocess
@@ -18,27 +17,10 @@ from rltrans import load_policy
 from rltrans.checkpoint import load_checkpoint
 from rltrans.evaluate import main as evaluate_main
 from rltrans.train import main as train_main
+from tests.cli import TINY_PPO, summary_line
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "env.num_envs=4",
-    "algo.num_steps=16",
-    "algo.segment_length=8",
-    "algo.num_minibatches=2",
-    "algo.epochs=1",
-    "agent.dim=16",
-    "agent.layers=1",
-    "agent.heads=2",
-    "agent.memory=8",
-    "progress=false",
-    "tensorboard=true",
-]
-
-
-def summary_line(out: str) -> dict:
-    lines = [line for line in out.strip().splitlines() if line.startswith("{")]
-    assert len(lines) == 1, out
-    return json.loads(lines[0])
+TINY = [*TINY_PPO, "tensorboard=true"]
 
 
 def test_short_run_writes_everything_and_evaluates(tmp_path, capsys):
