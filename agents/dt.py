@@ -7,8 +7,8 @@ state and action, each plus an embedding of the step's episode timestep; interle
 s_t token, which sees R_1..R_t, s_1..s_t and a_1..a_{t-1} only.
 
 `DecisionTransformer` takes a built backbone (a causal stack or a Universal Transformer);
-:func:`build_decision_transformer` and :func:`build_behavior_cloning` turn the knobs of
-``configs/agent/dt.yaml`` and ``bc.yaml`` into models (the registry builds agents with them).
+:func:`build_decision_transformer` turns the knobs of ``configs/agent/dt.yaml`` into one;
+`BehaviorCloning` has no transformer, so ``configs/agent/bc.yaml``'s knobs are its arguments.
 
 Both models take raw `TrajectoryBatch` windows and own their scaling: state mean/std, return
 scale and the timestep embedding size come in as `stats` (`TrajectoryBuffer.stats()`) and
@@ -55,7 +55,6 @@ __all__ = [
     "DTOutput",
     "DTState",
     "DecisionTransformer",
-    "build_behavior_cloning",
     "build_decision_transformer",
 ]
 
@@ -516,30 +515,5 @@ def build_decision_transformer(
         action_tanh=action_tanh,
         predict_next=predict_next,
         tau=tau,
-        stats=stats,
-    )
-
-
-def build_behavior_cloning(
-    observation_space: gym.Space,
-    action_space: gym.Space,
-    *,
-    dim: int = 128,
-    layers: int = 3,
-    history: int = 20,
-    dropout: float = 0.1,
-    action_tanh: bool = True,
-    stats: dict[str, Any] | TrajectoryStats | None = None,
-) -> BehaviorCloning:
-    """A BehaviorCloning model from the knobs of ``configs/agent/bc.yaml`` (the registry's
-    "bc"); it has no transformer, so the knobs are its own keyword arguments."""
-    return BehaviorCloning(
-        observation_space,
-        action_space,
-        dim=dim,
-        layers=layers,
-        history=history,
-        dropout=dropout,
-        action_tanh=action_tanh,
         stats=stats,
     )

@@ -25,7 +25,7 @@ import gymnasium as gym
 from omegaconf import OmegaConf
 from torch import nn
 
-from rltrans.agents.dt import build_behavior_cloning, build_decision_transformer
+from rltrans.agents.dt import BehaviorCloning, build_decision_transformer
 from rltrans.agents.memory_agent import MemoryAgent
 
 AgentBuilder = Callable[..., nn.Module]
@@ -42,7 +42,7 @@ class AgentEntry:
 _AGENTS: dict[str, AgentEntry] = {
     "memory": AgentEntry(MemoryAgent),
     "dt": AgentEntry(build_decision_transformer, return_conditioned=True),
-    "bc": AgentEntry(build_behavior_cloning, return_conditioned=True),
+    "bc": AgentEntry(BehaviorCloning, return_conditioned=True),  # knobs = its arguments
 }
 
 # Import paths that rltrans configs and checkpoints used before agents had names.

@@ -11,7 +11,6 @@ from rltrans.agents.dt import (
     BehaviorCloning,
     DecisionTransformer,
     DTState,
-    build_behavior_cloning,
     build_decision_transformer,
 )
 from rltrans.backbones.causal import causal_stack, gpt2_config
@@ -369,7 +368,7 @@ def test_overfits_a_few_fixed_windows(space):
 
 def make_bc(space: gym.Space = DISCRETE, history: int = 3) -> BehaviorCloning:
     kw = {"dim": 16, "layers": 2, "history": history, "dropout": 0.0, "stats": STATS}
-    return build_behavior_cloning(OBS, space, **kw)
+    return BehaviorCloning(OBS, space, **kw)
 
 
 @pytest.mark.parametrize("space", [DISCRETE, BOX], ids=["discrete", "continuous"])
