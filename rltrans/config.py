@@ -311,5 +311,6 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
     except (ConfigError, FileNotFoundError, CheckpointError, SpaceMismatchError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print_summary(summary)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line (rank 0's)
+        print_summary(summary)
     return 0 if summary.get("status", "finished") == "finished" else 1

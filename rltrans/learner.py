@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rltrans import distributed
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.compiling import compiled
 from rltrans.flat import FlatLayout, flatten, is_flat_state, to_flat_state, to_per_parameter_state
@@ -77,9 +78,16 @@ class Learner:
         return torch.autocast(self.device_type, dtype=self.amp_dtype or torch.float16)
 
     def step(self, loss: Tensor) -> Tensor:
-        """Backward, clip, optimizer step; returns the pre-clip gradient norm."""
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"loss is {loss.item()}; stopping before the weights change")
+        """Backward, clip, optimizer step; returns the pre-clip gradient norm. Under
+        ``torchrun`` the gradient is averaged over the learner processes before clipping (and
+        a non-finite loss on any of them stops all of them at the same step)."""
+        finite = bool(torch.isfinite(loss))
+        if not distributed.all_true(finite):
+            where = "" if not finite else " on another learner process"
+            raise NonFiniteLossError(
+                f"loss is {'non-finite' if finite else loss.item()}{where}; stopping before "
+                f"the weights change"
+            )
         if self.flat:
             self.flat.zero_grad()
         else:
@@ -87,6 +95,7 @@ class Learner:
         self.scaler.scale(loss).backward()
         if self.flat:
             self.flat.sync()  # every gradient landed in the flat buffer
+        distributed.all_reduce_grads_(self.params)
         self.scaler.unscale_(self.optimizer)
         params = [p for p in self.params if p.grad is not None]
         max_norm = self.max_grad_norm if self.max_grad_norm else float("inf")
@@ -253,6 +262,7 @@ class ImpalaLearner(Learner):
             "lam": impala["vtrace_lambda"],
             "vf_coef": impala["vf_coef"],
             "ent_coef": impala["ent_coef"],
+            "normalize_advantages": impala.get("normalize_advantages", False),
         }
         self.loss = compiled(self.batch_loss) if compile else self.batch_loss
         self.distributions: dict[str, Tensor] = {}

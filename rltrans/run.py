@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rltrans import distributed
 from rltrans.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -43,6 +44,7 @@ from rltrans.checkpoint import (
     rng_state,
 )
 from rltrans.config import ConfigError, to_container
+from rltrans.distributed import World
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
 
 # Keys a resumed run may change; every other key keeps the run's saved value.
@@ -86,6 +88,14 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def _learner_device(cfg: DictConfig, world: World) -> torch.device:
+    """``cfg.device``; under torchrun a bare ``cuda`` means this process's own GPU."""
+    device = select_device(cfg.device)
+    if world.distributed and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", world.local_rank)
+    return device
 
 
 def setup(cfg: DictConfig) -> torch.device:
@@ -220,40 +230,82 @@ class Run:
     """
 
     def __init__(
-        self, cfg: DictConfig, run_dir: Path, lock: RunFolderLock, created: bool = False
+        self,
+        cfg: DictConfig,
+        run_dir: Path,
+        lock: RunFolderLock | None,
+        created: bool = False,
+        world: World | None = None,
     ) -> None:
         self.cfg, self.dir, self._lock, self._created = cfg, run_dir, lock, created
+        self.world = world or World()
         keep = cfg.keep_checkpoints
         self.checkpoints = CheckpointManager(run_dir / "checkpoints", keep_last=keep)
         self.device = torch.device("cpu")
         self.resumed_payload: dict[str, Any] | None = None
 
     @classmethod
-    def start(cls, cfg: DictConfig, *, name: str, overrides: Sequence[str] = ()) -> Run:
+    def start(
+        cls,
+        cfg: DictConfig,
+        *,
+        name: str,
+        overrides: Sequence[str] = (),
+        multi_process: bool = False,
+    ) -> Run:
         """Open (or create) the run folder, take its lock, settle the config, set up device,
         threads and seeds. Raises ConfigError for a folder in use, a fresh run into a folder
-        with checkpoints, a resume without checkpoints or a refused config change."""
-        if cfg.run_dir is None:
-            if cfg.resume:
-                raise ConfigError("resume=true needs run_dir=<the run to continue>")
-            run_dir = default_run_dir(name, cfg.seed)
-        else:
-            run_dir = Path(cfg.run_dir)
+        with checkpoints, a resume without checkpoints or a refused config change.
+
+        Under ``torchrun`` (``multi_process`` trainers only) every rank joins the process group
+        and uses rank 0's run folder; only rank 0 takes the lock and writes to it."""
+        world = World.from_env()
+        if world.distributed and not multi_process:
+            raise ConfigError(
+                f"started by torchrun with WORLD_SIZE={world.size}, but only algo=impala trains "
+                f"with several learner processes; run this one with python -m rltrans.train"
+            )
+        device = _learner_device(cfg, world)
+        distributed.init(world, device)
+        if cfg.run_dir is None and cfg.resume:
+            raise ConfigError("resume=true needs run_dir=<the run to continue>")
+        if not world.is_main:
+            return cls._join(cfg, world, overrides)
+        run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(name, cfg.seed)
         created = not run_dir.exists()
-        run_dir.mkdir(parents=True, exist_ok=True)
         lock = RunFolderLock(run_dir)
         try:
+            run_dir.mkdir(parents=True, exist_ok=True)
             lock.acquire()
             cfg = cls._settle_config(cfg, run_dir, overrides)
-        except BaseException:
+            cfg.run_dir = str(run_dir)
+            run = cls(cfg, run_dir, lock, created, world)
+            run.device = _learner_device(cfg, world)
+            setup(cfg)
+            _save_config(cfg, run_dir / CONFIG_FILE)
+        except BaseException as err:
             lock.release()
             if created:
                 shutil.rmtree(run_dir, ignore_errors=True)
+            distributed.broadcast_object(("error", str(err) or type(err).__name__))
+            distributed.shutdown()
             raise
+        distributed.broadcast_object(("ok", str(run_dir)))
+        return run
+
+    @classmethod
+    def _join(cls, cfg: DictConfig, world: World, overrides: Sequence[str]) -> Run:
+        """A rank other than 0: wait for rank 0 to settle the run folder, then use it."""
+        kind, value = distributed.broadcast_object(None)
+        if kind == "error":  # rank 0 said why on its stderr; stop with it
+            distributed.shutdown()
+            raise ConfigError(f"learner process 0 stopped: {value}")
+        run_dir = Path(value)
+        cfg = settled_config(cfg, overrides)
         cfg.run_dir = str(run_dir)
-        run = cls(cfg, run_dir, lock, created)
-        run.device = setup(cfg)
-        OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
+        run = cls(cfg, run_dir, None, False, world)
+        run.device = _learner_device(cfg, world)
+        setup(cfg)
         return run
 
     @staticmethod
@@ -275,8 +327,11 @@ class Run:
         return cfg
 
     def close(self) -> None:
-        """Release the folder (also released by the OS when the process ends)."""
-        self._lock.release()
+        """Release the folder (also released by the OS when the process ends) and leave the
+        learner process group, if any."""
+        if self._lock is not None:
+            self._lock.release()
+        distributed.shutdown()
 
     @contextlib.contextmanager
     def building(self, what: str) -> Iterator[None]:
@@ -293,7 +348,7 @@ class Run:
     def abandon(self) -> None:
         """Release the lock and delete the folder if this run created it (nothing to keep)."""
         self.close()
-        if self._created and self.checkpoints.latest() is None:
+        if self.world.is_main and self._created and self.checkpoints.latest() is None:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     # ------------------------------------------------------------------------- checkpoints
@@ -321,8 +376,11 @@ class Run:
             **(extra or {}),
         }
 
-    def save(self, step: int, *args: Any, **kwargs: Any) -> Path:
-        """Write a checkpoint of :meth:`payload` (atomic, rotated); returns its path."""
+    def save(self, step: int, *args: Any, **kwargs: Any) -> Path | None:
+        """Write a checkpoint of :meth:`payload` (atomic, rotated); returns its path (None on
+        learner processes other than rank 0, which write nothing)."""
+        if not self.world.is_main:
+            return None
         return self.checkpoints.save(step, self.payload(step, *args, **kwargs))
 
     def resume(
@@ -368,6 +426,13 @@ class Run:
         """Path of the newest complete checkpoint, for the summary line."""
         latest = self.checkpoints.latest()
         return str(latest) if latest else None
+
+
+def _save_config(cfg: DictConfig, path: Path) -> None:
+    """Write the run's config atomically (a reader never sees half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    OmegaConf.save(cfg, tmp, resolve=True)
+    os.replace(tmp, path)
 
 
 def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:

@@ -180,6 +180,10 @@ def _train_specs() -> dict[str, Spec]:
         "runtime.slots": integer(1, null=True),
         "runtime.start_method": choice(("spawn", "forkserver")),
         "runtime.max_restarts": integer(0),
+        "runtime.address": string(null=True),
+        "runtime.num_cpus_per_actor": number(0.0),
+        "runtime.rollouts_in_flight": POSITIVE,
+        "runtime.object_store_memory": integer(75 * 2**20, null=True),  # Ray: >= 75 MiB
         # env
         "env.kind": choice(group_kinds("env")),
         "env.id": string(),

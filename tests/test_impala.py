@@ -233,16 +233,25 @@ def test_runtime_process_validates_and_ppo_ignores_the_runtime(tmp_path, capsys)
 
 
 @pytest.mark.slow
-def test_mlp_solves_cartpole_within_1m_steps(tmp_path, capsys):
+@pytest.mark.parametrize("runtime", ["local", "process", "ray"])
+def test_mlp_solves_cartpole_within_1m_steps(runtime, tmp_path, capsys):
+    """The training window's mean return reaches 475 and a 20-episode evaluation of the final
+    checkpoint averages >= 475, with actors in this process, in processes and on Ray."""
+    if runtime == "ray":
+        pytest.importorskip("ray", reason='runtime=ray needs Ray: pip install -e ".[ray]"')
     start = time.perf_counter()
-    args = ["agent=mlp", "algo=impala", "runtime=local", "env=gym", "env.id=CartPole-v1"]
+    args = ["agent=mlp", "algo=impala", f"runtime={runtime}", "env=gym", "env.id=CartPole-v1"]
     args += ["total_steps=1000000", "progress=false", f"run_dir={tmp_path}"]
     assert train_main(args) == 0
     summary = summary_line(capsys.readouterr().out)
     returns = scalars(tmp_path)["charts/episodic_return"]
     first = next((step for step, value in returns if value >= 475), None)
+    assert evaluate_main([f"checkpoint={tmp_path}", "episodes=20"]) == 0
+    evaluated = summary_line(capsys.readouterr().out)
     print(
-        f"IMPALA mlp CartPole: >= 475 first at step {first}, final {summary['episodic_return']}"
-        f", {time.perf_counter() - start:.0f} s"
+        f"IMPALA mlp CartPole, runtime={runtime}: >= 475 first at step {first}, final "
+        f"{summary['episodic_return']}, evaluated {evaluated['mean_return']}, "
+        f"{time.perf_counter() - start:.0f} s"
     )
     assert summary["episodic_return"] >= 475
+    assert evaluated["mean_return"] >= 475

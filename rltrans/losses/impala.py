@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rltrans.losses.ppo import keep_valid, masked_mean
+from rltrans.losses.ppo import keep_valid, masked_mean, standardize
 from rltrans.returns import vtrace
 
 __all__ = ["impala_loss"]
@@ -28,6 +28,7 @@ def impala_loss(
     lam: float = 1.0,
     vf_coef: float = 0.5,
     ent_coef: float = 0.01,
+    normalize_advantages: bool = False,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """IMPALA loss = policy + vf_coef * value - ent_coef * entropy; all inputs time-major (T, N).
@@ -38,6 +39,8 @@ def impala_loss(
     -(rho_s A_s).detach() * log pi and the value term 0.5 (v_s - V(x_s))^2 moves V only.
     ``mask`` (True = valid) drops steps from the means; masked steps must come after an
     episode end (padding), because they still lie on the V-trace recursion of earlier steps.
+    ``normalize_advantages`` standardises the policy-gradient advantages over the batch (as
+    PPO does per minibatch; not in the paper).
     Metrics: policy, value, entropy, rho_mean (unclipped pi/mu), rho_clipfrac (rho > rho_bar).
     """
     # Padding may hold garbage; neutralise it so it cannot overflow exp() or poison gradients.
@@ -61,8 +64,11 @@ def impala_loss(
             lam=lam,
         )
 
+    advantages = targets.pg_advantages
+    if normalize_advantages:
+        advantages = standardize(advantages, mask)
     # Means instead of the paper's sums, so coefficients do not scale with T * N.
-    policy_loss = masked_mean(-targets.pg_advantages * target_log_prob, mask)
+    policy_loss = masked_mean(-advantages * target_log_prob, mask)
     value_loss = 0.5 * masked_mean((targets.vs - values).pow(2), mask)
     entropy_mean = masked_mean(entropy, mask)
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean

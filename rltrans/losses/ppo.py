@@ -33,7 +33,7 @@ def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return torch.where(m, x, torch.zeros_like(x)).sum() / m.sum().clamp_min(1).to(x.dtype)
 
 
-def _normalize(advantages: Tensor, mask: Tensor | None) -> Tensor:
+def standardize(advantages: Tensor, mask: Tensor | None) -> Tensor:
     """Standardise advantages with the mean and unbiased std of the valid entries only."""
     mean = masked_mean(advantages, mask)
     n = advantages.numel() if mask is None else mask.bool().sum()
@@ -79,7 +79,7 @@ def ppo_loss(
     entropy = keep_valid(entropy, mask)
 
     if normalize_advantages:
-        advantages = _normalize(advantages, mask)
+        advantages = standardize(advantages, mask)
 
     # Clipped surrogate, Schulman et al. 2017 eq. 7 (written as a loss: max of the negatives).
     ratio = torch.exp(log_ratio)

@@ -59,6 +59,36 @@ class ActorPool(Protocol):
     def close(self) -> None: ...
 
 
+class PoolStats:
+    """What an actor pool counts for :meth:`ActorPool.stats`: counts since the start
+    (``counts``), the lags of delivered rollouts and timings (``*_s``) since the last report."""
+
+    def __init__(self, *counts: str) -> None:
+        self.counts = dict.fromkeys(("actor_restarts", "dropped", "rollouts", *counts), 0)
+        self.lags: dict[int, int] = {}
+        self.times = dict.fromkeys(("queue_wait_s", "actor_wait_s", "env_s", "act_s"), 0.0)
+
+    def delivered(self, lag: int) -> None:
+        """Count one rollout handed to the learner, ``lag`` versions behind."""
+        self.lags[lag] = self.lags.get(lag, 0) + 1
+        self.counts["rollouts"] += 1
+
+    def report(self) -> dict[str, float]:
+        """Counts since the start (``restarts`` = ``actor_restarts``); since the last report:
+        ``*_ms`` timings and ``policy_lag_mean``/``_max``/``_hist/<lag>`` (delivered
+        rollouts by lag)."""
+        out: dict[str, float] = {k: float(v) for k, v in self.counts.items()}
+        out["restarts"] = out["actor_restarts"]
+        hist, self.lags = self.lags, {}
+        total = sum(hist.values())
+        out["policy_lag_mean"] = sum(k * v for k, v in hist.items()) / total if total else 0.0
+        out["policy_lag_max"] = float(max(hist, default=0))
+        out.update({f"policy_lag_hist/{k}": float(v) for k, v in sorted(hist.items())})
+        times, self.times = self.times, dict.fromkeys(self.times, 0.0)
+        out.update({k[: -len("_s")] + "_ms": 1e3 * v for k, v in times.items()})
+        return out
+
+
 def actor_seed(seed: int, actor_id: int, num_envs: int) -> int:
     """Reset seed of actor ``actor_id``: its sub-envs get seeds disjoint from other actors'."""
     return seed + actor_id * num_envs

@@ -72,6 +72,7 @@ import torch.multiprocessing as tmp
 from torch import Tensor
 
 from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.runtime.pool import PoolStats, Rollout, actor_seed
 from rltrans.types import Tree, tree_map
 
 ALIGN = 64  # bytes between tensor starts in a slot
@@ -348,27 +349,6 @@ def _send(conn: Connection, message: Any) -> None:
 
 
 @dataclass
-class _Rollout:
-    """Local stand-in for :class:`rltrans.runtime.pool.Rollout` (same fields)."""
-
-    buffer: RolloutBuffer
-    bootstrap_value: Tensor
-    policy_version: int
-    actor_id: int
-    slot: int | None = None
-
-
-def _rollout_type() -> type:
-    try:
-        from rltrans.runtime.pool import Rollout
-    except ModuleNotFoundError as err:
-        if err.name != "rltrans.runtime.pool":
-            raise
-        return _Rollout
-    return Rollout
-
-
-@dataclass
 class _ActorHandle:
     process: Any
     commands: Connection  # parent end: slot grants and commands to the actor
@@ -447,9 +427,7 @@ class ProcessPool:
         self._free: deque[int] = deque(range(slots))
         self._ready: deque[tuple[int, int, int, list]] = deque()  # actor, slot, version, infos
         self._held: set[int] = set()  # slots the learner holds
-        self._lag_hist: dict[int, int] = {}
-        self._counts = {"actor_restarts": 0, "dropped": 0, "rollouts": 0}
-        self._times = {"queue_wait_s": 0.0, "actor_wait_s": 0.0, "env_s": 0.0, "act_s": 0.0}
+        self._stats = PoolStats()
         self._created = t0 = time.perf_counter()
         self._actors: list[_ActorHandle | None] = [None] * num_actors
         self._closed = False
@@ -505,10 +483,6 @@ class ProcessPool:
         )
 
     def _actor_seed(self, seed: int, i: int) -> int:
-        try:
-            from rltrans.runtime.pool import actor_seed
-        except ImportError:
-            return seed + 1000 * i
         return actor_seed(seed, i, self.num_envs)
 
     # -- set-up
@@ -603,14 +577,13 @@ class ProcessPool:
                             self.on_info(info)
                     lag = self._published - version
                     if self.max_policy_lag is not None and lag > self.max_policy_lag:
-                        self._counts["dropped"] += 1
+                        self._stats.counts["dropped"] += 1
                         self._free.append(slot)
                         self._grant()
                         continue
-                    self._lag_hist[lag] = self._lag_hist.get(lag, 0) + 1
-                    self._counts["rollouts"] += 1
+                    self._stats.delivered(lag)
                     self._held.add(slot)
-                    self._times["queue_wait_s"] += time.perf_counter() - start
+                    self._stats.times["queue_wait_s"] += time.perf_counter() - start
                     return self._rollout(i, slot, version)
                 if len(self._held) == len(self._views):
                     raise RuntimeError("every slot is held by the learner: release() rollouts")
@@ -641,7 +614,7 @@ class ProcessPool:
         buffer = buffer_from_views(views, self.num_steps, self.segment_length)
         buffer.device = self.device
         buffer.policy_version = version
-        return _rollout_type()(buffer, views["bootstrap_value"], version, i, slot)
+        return Rollout(buffer, views["bootstrap_value"], version, i, slot)
 
     def release(self, rollout: Any) -> None:
         """Hand a rollout's slot back to the actors."""
@@ -677,9 +650,9 @@ class ProcessPool:
                     slot, version, timings, wait_s, infos = payload
                     actor.granted.discard(slot)
                     self._ready.append((i, slot, version, infos))
-                    self._times["actor_wait_s"] += wait_s
-                    self._times["env_s"] += timings["env"]
-                    self._times["act_s"] += timings["act"]
+                    self._stats.times["actor_wait_s"] += wait_s
+                    self._stats.times["env_s"] += timings["env"]
+                    self._stats.times["act_s"] += timings["act"]
         except (EOFError, OSError):  # died mid-way: the sentinel reports it
             pass
 
@@ -703,7 +676,7 @@ class ProcessPool:
                 f"actor {i} died {actor.incarnation + 1} times, the last with exit code {code} "
                 f"(max_restarts={self.max_restarts})"
             )
-        self._counts["actor_restarts"] += 1
+        self._stats.counts["actor_restarts"] += 1
         seed = actor.seed + 1_000_003 * (actor.incarnation + 1)
         print(
             f"rltrans: actor {i} (pid {actor.process.pid}) died with exit code {code}; "
@@ -731,17 +704,7 @@ class ProcessPool:
         ``actor_wait_ms`` (actors waiting for a slot, summed), ``env_ms`` and ``act_ms``
         (summed over actors), ``policy_lag_mean``/``_max`` and ``policy_lag_hist/<lag>``
         (delivered rollouts by lag)."""
-        out: dict[str, float] = {k: float(v) for k, v in self._counts.items()}
-        out["restarts"] = out["actor_restarts"]
-        hist, self._lag_hist = self._lag_hist, {}
-        total = sum(hist.values())
-        out["policy_lag_mean"] = sum(k * v for k, v in hist.items()) / total if total else 0.0
-        out["policy_lag_max"] = float(max(hist, default=0))
-        out.update({f"policy_lag_hist/{k}": float(v) for k, v in sorted(hist.items())})
-        times = self._times
-        self._times = dict.fromkeys(times, 0.0)
-        out.update({k.replace("_s", "_ms"): 1e3 * v for k, v in times.items()})
-        return out
+        return self._stats.report()
 
     @property
     def pids(self) -> list[int | None]:

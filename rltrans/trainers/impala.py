@@ -12,6 +12,11 @@ learner's own module (deterministic, policy lag 0); ``runtime=process`` runs the
 actor processes (:mod:`rltrans.runtime.process`). Either way every actor acts through
 the one acting loop. Rewards are scaled here, one running scaler per actor, so their
 statistics are in the checkpoints whatever the runtime.
+
+Several learner processes (``torchrun --nproc_per_node=K -m rltrans.train algo=impala ...``)
+each run their own pool of actors (other seeds) and average their gradients every step
+(:mod:`rltrans.distributed`), so they hold the same weights throughout; a step then consumes
+K x B rollouts. Rank 0 writes the checkpoints (with every rank's reward scalers) and the logs.
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from rltrans import distributed
 from rltrans.config import ConfigError, to_container
 from rltrans.envs import make_env
 from rltrans.learner import ImpalaLearner, NonFiniteLossError
 from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
 from rltrans.registry import build_agent
-from rltrans.run import Run
+from rltrans.run import Run, seed_everything
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
 from rltrans.trainers.ppo import run_name
@@ -56,6 +62,13 @@ def build_pool(
             device=device,
             on_info=on_info,
         )
+    if kind == "ray":  # Ray actors; without Ray installed: a ConfigError saying how to get it
+        from rltrans.runtime.ray_pool import RayPool, import_ray
+
+        import_ray()
+        for e in envs:  # the actors build their own
+            e.close()
+        return RayPool.from_config(cfg, agent, seed=seed, device=device, on_info=on_info)
     try:
         from rltrans.runtime.process import ProcessPool
     except ImportError:
@@ -79,8 +92,8 @@ def scale_rewards(rollout: Rollout, scalers: list[RewardScaler] | None) -> None:
 
 def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Train for ``total_steps`` env steps (steps trained on); returns the final summary."""
-    run = Run.start(cfg, name=run_name(cfg), overrides=overrides)
-    cfg, device, algo = run.cfg, run.device, run.cfg.algo
+    run = Run.start(cfg, name=run_name(cfg), overrides=overrides, multi_process=True)
+    cfg, device, algo, world = run.cfg, run.device, run.cfg.algo, run.world
     local = cfg.runtime.kind == "local"
     num_actors = cfg.runtime.num_actors if local else 1  # process: the pool builds its own
     with run.building("env"):
@@ -90,8 +103,11 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         agent = build_agent(to_container(cfg.agent), *spaces).to(device)
     per_actor = None if local else cfg.runtime.get("envs_per_actor")  # N of each rollout
     num_envs = per_actor or envs[0].num_envs
-    steps_per_update = algo.batch_rollouts * algo.num_steps * num_envs
+    # Under torchrun each of the world.size learner processes trains on its own rollouts.
+    steps_per_update = algo.batch_rollouts * algo.num_steps * num_envs * world.size
     made_of = "algo.batch_rollouts x algo.num_steps x envs per actor"
+    if world.distributed:
+        made_of += " x learner processes"
     total_updates = run.whole_updates(steps_per_update, made_of)
     learner = ImpalaLearner(
         agent,
@@ -110,26 +126,41 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
     resumed = run.resumed_payload or {}
     update = int(resumed.get("update", 0))
     dropped = int(resumed.get("dropped", 0))
-
     actors = cfg.runtime.num_actors
+    # Learner processes: the same weights everywhere, other actors (seeds) on each.
+    distributed.broadcast_module_(agent)
+    seed_offset = world.rank * actors * num_envs  # actor_seed: actor i resets with seed + i * N
+    if world.rank:
+        seed_everything(cfg.seed + update + 1_000_003 * world.rank)
+
     scalers = None
     if algo.reward_scaling:
         scalers = [RewardScaler(num_envs, algo.gamma, device) for _ in range(actors)]
-        for scaler, state in zip(scalers, resumed.get("reward_scalers") or [], strict=False):
+        saved = resumed.get("reward_scalers") or []
+        by_rank = resumed.get("reward_scalers_by_rank") or []
+        if world.rank < len(by_rank):
+            saved = by_rank[world.rank]
+        for scaler, state in zip(scalers, saved, strict=False):
             scaler.load_state_dict(state)
     tracker = EpisodeTracker(window=100)
     if resumed.get("episodes"):
         tracker.load_state_dict(resumed["episodes"])
     pool = build_pool(
-        cfg, agent, envs, seed=cfg.seed + update, device=device, on_info=tracker.update
+        cfg,
+        agent,
+        envs,
+        seed=cfg.seed + update + seed_offset,
+        device=device,
+        on_info=tracker.update,
     )
     pool.publish(agent.state_dict(), update)
     # Events logged after the checkpoint by an interrupted process are hidden (those AT its
     # step were logged before it was written, so they stay).
     purge = global_step + 1 if cfg.resume else None
-    logger = MetricLogger(run.dir, use_tensorboard=cfg.tensorboard, purge_step=purge)
+    tensorboard = cfg.tensorboard and world.is_main  # rank 0 logs (its own actors' episodes)
+    logger = MetricLogger(run.dir, use_tensorboard=tensorboard, purge_step=purge)
     bar = None
-    if cfg.progress:
+    if cfg.progress and world.is_main:
         bar = ProgressBar(total_updates * steps_per_update, "train", "step", initial=global_step)
     start, start_step, status = time.perf_counter(), global_step, "finished"
     try:
@@ -153,6 +184,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
             for rollout in rollouts:  # after the update: acting == replay within a rollout
                 agent.update_obs_norm(rollout.buffer.obs)
                 pool.release(rollout)
+            distributed.broadcast_module_(agent, buffers_only=True)  # rank 0's obs statistics
             learn_s = time.perf_counter() - t_learn
             global_step += steps_per_update
             update += 1
@@ -185,11 +217,14 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
                     "dropped": dropped,
                 }
                 if scalers is not None:
-                    extra["reward_scalers"] = [s.state_dict() for s in scalers]
-                run.save(global_step, agent, learner, spaces, extra=extra)
+                    states = distributed.gather_objects([s.state_dict() for s in scalers])
+                    extra["reward_scalers"] = states[0]
+                    if world.distributed:
+                        extra["reward_scalers_by_rank"] = states
+                run.save(global_step, agent, learner, spaces, extra=extra)  # rank 0 writes
                 # Every env starts afresh after a checkpoint, as in a run resumed from it, so
                 # an interrupted run continues exactly as this one does.
-                pool.restart_envs(cfg.seed + update)
+                pool.restart_envs(cfg.seed + update + seed_offset)
                 for scaler in scalers or ():  # running returns belong to the cut episodes
                     scaler.returns.zero_()
             if bar is not None:

@@ -83,6 +83,32 @@ def random_batch(seed: int, T: int = 7, N: int = 3) -> dict[str, torch.Tensor]:
 KW = {"gamma": 0.9, "rho_bar": 1.0, "c_bar": 0.9, "vf_coef": 0.5, "ent_coef": 0.01}
 
 
+def test_normalized_advantages_are_the_standardised_pg_advantages():
+    """normalize_advantages: the policy term uses (A - mean A) / std A (unbiased std), the
+    value and entropy terms are unchanged."""
+    # pg advantages of the hand-computed example: (0.4, -1.2): mean -0.4, unbiased std
+    # sqrt(0.64 + 0.64) = 0.8 sqrt(2); standardised: (1, -1) / sqrt(2).
+    target_lp = t(math.log(0.5), math.log(0.8))
+    args = (
+        target_lp,
+        t(math.log(0.25), 0.0),
+        t(0.3, 0.7),
+        t(1.0, 2.0),
+        t(2.0, 3.0),
+        t(1.0, -1.0),
+        torch.zeros(2, 1, dtype=torch.bool),
+        torch.zeros(2, 1, dtype=torch.bool),
+    )
+    kw = {"gamma": 0.5, "vf_coef": 0.25, "ent_coef": 0.1}
+    _, plain = impala_loss(*args, **kw)
+    _, normed = impala_loss(*args, **kw, normalize_advantages=True)
+    a = torch.tensor([1.0, -1.0], dtype=D) / math.sqrt(2)
+    policy = -(a[0] * math.log(0.5) + a[1] * math.log(0.8)) / 2
+    assert normed["policy"].item() == pytest.approx(policy.item(), abs=1e-6)
+    assert normed["value"].item() == pytest.approx(plain["value"].item(), abs=1e-12)
+    assert normed["entropy"].item() == pytest.approx(plain["entropy"].item(), abs=1e-12)
+
+
 def test_targets_are_stop_gradient():
     b = random_batch(0)
     n = b["values"].numel()
