@@ -9,6 +9,8 @@ processes), so every update trains on 256 env steps. Rows:
   * impala local      algo=impala runtime=local (1 actor stepped in the learner process)
   * impala process xK algo=impala runtime=process runtime.num_actors=K (K actor processes,
                       batch_rollouts=1: each update takes one rollout from whichever actor)
+  * impala ray xK     algo=impala runtime=ray runtime.num_actors=K (--ray K: Ray actors on a
+                      local Ray instance the run starts; its ~4 s start-up is not timed)
 
 Each row is a real training run (``python -m rltrans.train`` in a subprocess, TensorBoard on,
 one checkpoint at the end) of ``--warmup`` + ``--steps`` env steps. Timed part: the updates
@@ -28,7 +30,13 @@ On a machine with C cores, K actors plus the learner compete for them: more acto
 C - 1 cannot add throughput.
 
     python benchmarks/impala.py [--steps 30720] [--warmup 2560] [--actors 1 2 4]
-                                [--threads 1] [--rounds 1]
+                                [--ray 2] [--threads 1] [--rounds 1]
+
+Learning (steps and wall time to the threshold, per seed) runs through the learning
+benchmark's grid with IMPALA:
+
+    python benchmarks/learning.py --algo impala --runtime process --tasks cartpole tmaze30 \
+        --agents mlp gtrxl --steps 1000000
 """
 
 from __future__ import annotations
@@ -59,23 +67,15 @@ COMMON = [
 SPLIT = ("env_ms", "act_ms", "learn_ms", "queue_wait_ms")
 
 
-def rows(actors: list[int]) -> list[tuple[str, list[str]]]:
+def rows(actors: list[int], ray_actors: list[int]) -> list[tuple[str, list[str]]]:
     out = [
         ("ppo", ["algo=ppo"]),
         ("impala local", ["algo=impala", "runtime=local"]),
     ]
-    for k in actors:
-        out.append(
-            (
-                f"impala process x{k}",
-                [
-                    "algo=impala",
-                    "runtime=process",
-                    f"runtime.num_actors={k}",
-                    "runtime.envs_per_actor=8",
-                ],
-            )
-        )
+    for runtime, counts in (("process", actors), ("ray", ray_actors)):
+        for k in counts:
+            args = [f"runtime={runtime}", f"runtime.num_actors={k}", "runtime.envs_per_actor=8"]
+            out.append((f"impala {runtime} x{k}", ["algo=impala", *args]))
     return out
 
 
@@ -131,13 +131,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30720, help="timed env steps per row")
     parser.add_argument("--warmup", type=int, default=2560, help="env steps before timing")
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument(
+        "--ray", type=int, nargs="*", default=[], help="Ray actor counts (needs the ray extra)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over all rows")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
     a = parser.parse_args()
     round_up = lambda n: -(-n // STEPS_PER_UPDATE) * STEPS_PER_UPDATE  # noqa: E731
     warmup, steps = round_up(max(a.warmup, 1)), round_up(a.steps)  # >= the first update
-    table = rows(a.actors)
+    table = rows(a.actors, a.ray)
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in table}
     print(
         f"CartPole-v1, mlp, T=32 x 8 envs = {STEPS_PER_UPDATE} steps/update, warm-up {warmup}"

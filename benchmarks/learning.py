@@ -6,9 +6,13 @@ steps to reach the threshold (or "-"), final metric, SPS.
 
 Tasks (issue 3): T-maze with corridor 30 (success rate, threshold 0.95), repeat-previous
 (return, threshold 0.9), CartPole-v1 through the Gymnasium path (return, threshold 475).
+Steps and wall time to the threshold come from the run's own logs (wall time = step / the
+cumulative charts/SPS logged at that step).
 
     python benchmarks/learning.py                                  # everything, 3 seeds
     python benchmarks/learning.py --tasks tmaze30 --agents gtrxl mlp --seeds 1 --steps 300000
+    python benchmarks/learning.py --algo impala --runtime process --tasks cartpole tmaze30 \
+        --agents mlp gtrxl --steps 1000000                         # IMPALA, actor processes
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ TASKS = {
         "threshold": 0.9,
     },
     "cartpole": {
-        "overrides": ["env=gym", "env.id=CartPole-v1", "env.num_envs=8"],
+        "overrides": ["env=gym", "env.id=CartPole-v1"],
+        "algo_overrides": {"ppo": ["env.num_envs=8"]},  # IMPALA: the env config's default
         "metric": "charts/episodic_return",
         "threshold": 475.0,
     },
@@ -63,13 +68,24 @@ def curve(run_dir: Path, metric: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in acc.Scalars(metric)]
 
 
-def run(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:
+def run(
+    task: str,
+    agent: str,
+    seed: int,
+    steps: int,
+    root: Path,
+    algo: str = "ppo",
+    runtime: str = "local",
+) -> dict:
     """Train once and summarise the learning curve."""
     spec = TASKS[task]
-    run_dir = root / f"{task}-{agent}-s{seed}"
+    run_dir = root / f"{task}-{agent}-{algo}-{runtime}-s{seed}"
     args = [
         *AGENT_OVERRIDES[agent],
         *spec["overrides"],
+        *spec.get("algo_overrides", {}).get(algo, []),
+        f"algo={algo}",
+        f"runtime={runtime}",
         f"seed={seed}",
         f"total_steps={steps}",
         f"run_dir={run_dir}",
@@ -84,7 +100,17 @@ def run(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:
     points = curve(run_dir, spec["metric"])
     reached = next((s for s, v in points if v >= spec["threshold"]), None)
     final = points[-1][1] if points else float("nan")
-    return {"steps_to_threshold": reached, "final": final, "SPS": summary["SPS"]}
+    seconds = None
+    if reached is not None:  # cumulative SPS at that step: elapsed = step / SPS
+        sps = dict(curve(run_dir, "charts/SPS"))
+        at = min(sps, key=lambda s: abs(s - reached))
+        seconds = at / sps[at]
+    return {
+        "steps_to_threshold": reached,
+        "seconds_to_threshold": seconds,
+        "final": final,
+        "SPS": summary["SPS"],
+    }
 
 
 def main() -> None:
@@ -99,24 +125,28 @@ def main() -> None:
         "--first-seed", type=int, default=1, help="seeds run from here (split seeds over processes)"
     )
     p.add_argument("--steps", type=int, default=500_000)
+    p.add_argument("--algo", default="ppo", choices=["ppo", "impala"])
+    p.add_argument("--runtime", default="local", choices=["local", "process", "ray"])
     p.add_argument("--out", default=None, help="keep the runs here (default: a temp dir)")
     args = p.parse_args()
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rltrans-learning-"))
-    print(f"# runs in {root}; {args.steps} env steps per run")
-    head = f"{'task':16s} {'agent':12s} {'seed':>4s} {'to threshold':>12s} {'final':>8s}"
-    print(f"{head} {'SPS':>6s}")
+    setting = f"algo={args.algo} runtime={args.runtime}"
+    print(f"# runs in {root}; {args.steps} env steps per run; {setting}")
+    head = f"{'task':16s} {'agent':12s} {'seed':>4s} {'to threshold':>12s} {'seconds':>8s}"
+    print(f"{head} {'final':>8s} {'SPS':>6s}")
     for task in args.tasks:
         for agent in args.agents:
             finals = []
             for seed in range(args.first_seed, args.first_seed + args.seeds):
-                r = run(task, agent, seed, args.steps, root)
+                r = run(task, agent, seed, args.steps, root, args.algo, args.runtime)
                 finals.append(r["final"])
                 reach = f"{r['steps_to_threshold']:,}" if r["steps_to_threshold"] else "-"
-                row = f"{task:16s} {agent:12s} {seed:4d} {reach:>12s} {r['final']:8.3f}"
-                print(f"{row} {r['SPS']:6.0f}", flush=True)
-            print(
-                f"{task:16s} {agent:12s} mean {'':>12s} {statistics.mean(finals):8.3f}", flush=True
-            )
+                secs = r["seconds_to_threshold"]
+                secs = f"{secs:.0f}" if secs is not None else "-"
+                row = f"{task:16s} {agent:12s} {seed:4d} {reach:>12s} {secs:>8s}"
+                print(f"{row} {r['final']:8.3f} {r['SPS']:6.0f}", flush=True)
+            mean = statistics.mean(finals)
+            print(f"{task:16s} {agent:12s} mean {'':>12s} {'':>8s} {mean:8.3f}", flush=True)
 
 
 if __name__ == "__main__":

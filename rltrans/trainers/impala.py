@@ -222,11 +222,15 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
                     if world.distributed:
                         extra["reward_scalers_by_rank"] = states
                 run.save(global_step, agent, learner, spaces, extra=extra)  # rank 0 writes
-                # Every env starts afresh after a checkpoint, as in a run resumed from it, so
-                # an interrupted run continues exactly as this one does.
-                pool.restart_envs(cfg.seed + update + seed_offset)
-                for scaler in scalers or ():  # running returns belong to the cut episodes
-                    scaler.returns.zero_()
+                if local:
+                    # Every env starts afresh after a checkpoint, as in a run resumed from it,
+                    # so an interrupted run continues exactly as this one does. Actors in other
+                    # processes run asynchronously (no resume repeats them exactly), so there
+                    # episodes go on: cutting them every checkpoint_every updates of one
+                    # rollout would cap long episodes (CartPole's 500 steps).
+                    pool.restart_envs(cfg.seed + update + seed_offset)
+                    for scaler in scalers or ():  # running returns belong to the cut episodes
+                        scaler.returns.zero_()
             if bar is not None:
                 bar.update(steps_per_update, SPS=f"{sps:.0f}", ret=tracker.mean_return)
     except NonFiniteLossError as err:
