@@ -265,6 +265,7 @@ class ImpalaLearner(Learner):
             "normalize_advantages": impala.get("normalize_advantages", False),
         }
         self.loss = compiled(self.batch_loss) if compile else self.batch_loss
+        self.epochs = int(impala.get("epochs", 1))
         self.distributions: dict[str, Tensor] = {}
 
     @staticmethod
@@ -352,14 +353,19 @@ class ImpalaLearner(Learner):
         return loss, metrics, per_token
 
     def update(self, buffers: list[RolloutBuffer], bootstrap_values: list[Tensor]) -> dict:
-        """One gradient step on B rollouts (each (T, N_i)) with their bootstrap values (N_i,);
-        returns the metrics (0-d tensors) and keeps per-token aux in :attr:`distributions`."""
+        """``epochs`` gradient steps (1: the paper) on B rollouts (each (T, N_i)) with their
+        bootstrap values (N_i,), each step replaying the batch with the current weights (V-trace
+        corrects for the change since the behaviour weights); returns the first step's metrics
+        (0-d tensors) and keeps its per-token aux in :attr:`distributions`."""
         batch = self.concat(list(buffers))
         bootstrap = torch.cat([v.reshape(-1).float() for v in bootstrap_values])
-        loss, metrics, aux = self.loss(batch, buffers[0].segment_length, bootstrap)
-        metrics["grad_norm"] = self.step(loss)
+        for epoch in range(self.epochs):
+            loss, metrics, aux = self.loss(batch, buffers[0].segment_length, bootstrap)
+            metrics["grad_norm"] = self.step(loss)
+            if epoch == 0:
+                first, first_aux = metrics, aux
         self.end_update()
-        self.distributions = {k: v.reshape(-1) for k, v in aux.items()}
-        out = {k: v.detach().float() for k, v in metrics.items()}
+        self.distributions = {k: v.reshape(-1) for k, v in first_aux.items()}
+        out = {k: v.detach().float() for k, v in first.items()}
         out["lr"] = torch.tensor(self.lr)
         return out

@@ -72,6 +72,29 @@ def test_first_pass_rho_is_exactly_one_at_lag_zero(backbone):
             pool.release(r)
 
 
+def test_epochs_are_repeated_steps_on_the_same_batch():
+    """algo.epochs=2: one update equals two one-epoch updates on the same rollouts (lr held
+    fixed), and reports the first step's metrics; the second step sees rho != 1."""
+    envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
+    agent = small_agent(envs, "gtrxl")
+    twin = copy.deepcopy(agent)
+    pool = make_pool(agent, envs)
+    pool.publish(None, 0)
+    rollout = pool.get()
+    kw = {"lr": 3e-3, "total_updates": 4, "anneal_lr": False}
+    learner = ImpalaLearner(agent, impala={**IMPALA, "epochs": 2}, **kw)
+    single = ImpalaLearner(twin, impala=IMPALA, **kw)
+    args = ([rollout.buffer], [rollout.bootstrap_value])
+    metrics = learner.update(*args)
+    first = single.update(*args)
+    second = single.update(*args)
+    for key, value in agent.state_dict().items():
+        torch.testing.assert_close(value, twin.state_dict()[key], rtol=1e-6, atol=1e-7)
+    assert metrics["grad_norm"].item() == pytest.approx(first["grad_norm"].item(), rel=1e-6)
+    assert abs(first["rho_mean"].item() - 1.0) < 1e-5
+    assert abs(second["rho_mean"].item() - 1.0) > 1e-4  # the weights moved between the steps
+
+
 def reference_update(agent, rollout, cfg, lr, max_grad_norm):
     """One IMPALA step computed naively: per env, per step forwards of the memoryless agent,
     a literal V-trace loop (Espeholt et al. 2018, eq. 1 and section 4.2) and a plain
