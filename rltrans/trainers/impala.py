@@ -30,7 +30,7 @@ import torch
 from omegaconf import DictConfig
 
 from rltrans import distributed
-from rltrans.config import ConfigError, to_container
+from rltrans.config import to_container
 from rltrans.envs import make_env
 from rltrans.learner import ImpalaLearner, NonFiniteLossError
 from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
@@ -62,22 +62,19 @@ def build_pool(
             device=device,
             on_info=on_info,
         )
-    if kind == "ray":  # Ray actors; without Ray installed: a ConfigError saying how to get it
+    pool: Any
+    if kind == "ray":
         from rltrans.runtime.ray_pool import RayPool, import_ray
 
-        import_ray()
-        for e in envs:  # the actors build their own
-            e.close()
-        return RayPool.from_config(cfg, agent, seed=seed, device=device, on_info=on_info)
-    try:
+        import_ray()  # without Ray: a ConfigError saying how to install it, before envs close
+        pool = RayPool
+    else:
         from rltrans.runtime.process import ProcessPool
-    except ImportError:
-        raise ConfigError(
-            f"runtime={kind}: not available in this version; valid: runtime=local"
-        ) from None
-    for e in envs:  # the actor processes build their own
+
+        pool = ProcessPool
+    for e in envs:  # the actors build their own
         e.close()
-    return ProcessPool.from_config(cfg, agent, seed=seed, device=device, on_info=on_info)
+    return pool.from_config(cfg, agent, seed=seed, device=device, on_info=on_info)
 
 
 def scale_rewards(rollout: Rollout, scalers: list[RewardScaler] | None) -> None:
