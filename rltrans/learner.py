@@ -263,6 +263,7 @@ class ImpalaLearner(Learner):
             "vf_coef": impala["vf_coef"],
             "ent_coef": impala["ent_coef"],
             "normalize_advantages": impala.get("normalize_advantages", False),
+            "min_advantage_std": impala.get("min_advantage_std", 0.0),
         }
         self.loss = compiled(self.batch_loss) if compile else self.batch_loss
         self.epochs = int(impala.get("epochs", 1))

@@ -140,6 +140,7 @@ def _train_specs() -> dict[str, Spec]:
         "algo.clip_coef": number(0.0, open_low=True),
         "algo.vf_clip_coef": number(0.0, open_low=True, null=True),
         "algo.ent_coef": number(0.0),
+        "algo.min_advantage_std": number(0.0),
         "algo.vf_coef": number(0.0),
         "algo.target_kl": number(0.0, open_low=True, null=True),
         "algo.lr": number(0.0, open_low=True),

@@ -29,6 +29,7 @@ def impala_loss(
     vf_coef: float = 0.5,
     ent_coef: float = 0.01,
     normalize_advantages: bool = False,
+    min_advantage_std: float = 0.0,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """IMPALA loss = policy + vf_coef * value - ent_coef * entropy; all inputs time-major (T, N).
@@ -40,7 +41,7 @@ def impala_loss(
     ``mask`` (True = valid) drops steps from the means; masked steps must come after an
     episode end (padding), because they still lie on the V-trace recursion of earlier steps.
     ``normalize_advantages`` standardises the policy-gradient advantages over the batch (as
-    PPO does per minibatch; not in the paper).
+    PPO does per minibatch; not in the paper), dividing by max(std, ``min_advantage_std``).
     Metrics: policy, value, entropy, rho_mean (unclipped pi/mu), rho_clipfrac (rho > rho_bar).
     """
     # Padding may hold garbage; neutralise it so it cannot overflow exp() or poison gradients.
@@ -66,7 +67,7 @@ def impala_loss(
 
     advantages = targets.pg_advantages
     if normalize_advantages:
-        advantages = standardize(advantages, mask)
+        advantages = standardize(advantages, mask, min_advantage_std)
     # Means instead of the paper's sums, so coefficients do not scale with T * N.
     policy_loss = masked_mean(-advantages * target_log_prob, mask)
     value_loss = 0.5 * masked_mean((targets.vs - values).pow(2), mask)

@@ -33,8 +33,9 @@ def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return torch.where(m, x, torch.zeros_like(x)).sum() / m.sum().clamp_min(1).to(x.dtype)
 
 
-def standardize(advantages: Tensor, mask: Tensor | None) -> Tensor:
-    """Standardise advantages with the mean and unbiased std of the valid entries only."""
+def standardize(advantages: Tensor, mask: Tensor | None, min_std: float = 0.0) -> Tensor:
+    """Standardise advantages with the mean and unbiased std of the valid entries only; the
+    std is taken as at least ``min_std``, so near-zero advantages are not scaled up to 1."""
     mean = masked_mean(advantages, mask)
     n = advantages.numel() if mask is None else mask.bool().sum()
     centred = keep_valid(advantages - mean, mask)
@@ -42,7 +43,7 @@ def standardize(advantages: Tensor, mask: Tensor | None) -> Tensor:
     var = centred.pow(2).sum() / (
         torch.as_tensor(n - 1, dtype=advantages.dtype, device=advantages.device)
     ).clamp_min(1)
-    return (advantages - mean) / (var.sqrt() + 1e-8)
+    return (advantages - mean) / (var.sqrt().clamp_min(min_std) + 1e-8)
 
 
 def ppo_loss(

@@ -84,8 +84,8 @@ KW = {"gamma": 0.9, "rho_bar": 1.0, "c_bar": 0.9, "vf_coef": 0.5, "ent_coef": 0.
 
 
 def test_normalized_advantages_are_the_standardised_pg_advantages():
-    """normalize_advantages: the policy term uses (A - mean A) / std A (unbiased std), the
-    value and entropy terms are unchanged."""
+    """normalize_advantages: the policy term uses (A - mean A) / max(std A, min_advantage_std)
+    (unbiased std), the value and entropy terms are unchanged."""
     # pg advantages of the hand-computed example: (0.4, -1.2): mean -0.4, unbiased std
     # sqrt(0.64 + 0.64) = 0.8 sqrt(2); standardised: (1, -1) / sqrt(2).
     target_lp = t(math.log(0.5), math.log(0.8))
@@ -107,6 +107,14 @@ def test_normalized_advantages_are_the_standardised_pg_advantages():
     assert normed["policy"].item() == pytest.approx(policy.item(), abs=1e-6)
     assert normed["value"].item() == pytest.approx(plain["value"].item(), abs=1e-12)
     assert normed["entropy"].item() == pytest.approx(plain["entropy"].item(), abs=1e-12)
+    # min_advantage_std above the batch's std (0.8 sqrt 2): centred, divided by the floor.
+    _, floored = impala_loss(*args, **kw, normalize_advantages=True, min_advantage_std=4.0)
+    a = torch.tensor([0.8, -0.8], dtype=D) / 4.0
+    policy = -(a[0] * math.log(0.5) + a[1] * math.log(0.8)) / 2
+    assert floored["policy"].item() == pytest.approx(policy.item(), abs=1e-6)
+    # ... and below it: plain standardising.
+    _, below = impala_loss(*args, **kw, normalize_advantages=True, min_advantage_std=0.5)
+    assert below["policy"].item() == pytest.approx(normed["policy"].item(), abs=1e-12)
 
 
 def test_targets_are_stop_gradient():
