@@ -18,6 +18,7 @@ trainer scales them (one running scaler per actor, kept in its checkpoints).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -87,6 +88,33 @@ class PoolStats:
         times, self.times = self.times, dict.fromkeys(self.times, 0.0)
         out.update({k[: -len("_s")] + "_ms": 1e3 * v for k, v in times.items()})
         return out
+
+
+def restart_seed(
+    stats: PoolStats,
+    actor_id: int,
+    *,
+    base_seed: int,
+    incarnation: int,
+    max_restarts: int,
+    pid: int | None,
+    why: str,
+) -> int:
+    """Account for one dead actor: RuntimeError once it has died ``max_restarts`` + 1 times;
+    otherwise count the restart, say so on stderr (``why``: how it died) and return the seed
+    its next incarnation starts with."""
+    if incarnation >= max_restarts:
+        raise RuntimeError(
+            f"actor {actor_id} died {incarnation + 1} times, the last {why} "
+            f"(max_restarts={max_restarts})"
+        )
+    stats.counts["actor_restarts"] += 1
+    seed = base_seed + 1_000_003 * (incarnation + 1)
+    print(
+        f"rltrans: actor {actor_id} (pid {pid or '?'}) died {why}; restarting it with seed {seed}",
+        file=sys.stderr,
+    )
+    return seed
 
 
 def actor_seed(seed: int, actor_id: int, num_envs: int) -> int:

@@ -58,7 +58,6 @@ import atexit
 import contextlib
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -72,7 +71,7 @@ import torch.multiprocessing as tmp
 from torch import Tensor
 
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.runtime.pool import PoolStats, Rollout, actor_seed
+from rltrans.runtime.pool import PoolStats, Rollout, actor_seed, restart_seed
 from rltrans.types import Tree, tree_map
 
 ALIGN = 64  # bytes between tensor starts in a slot
@@ -670,19 +669,19 @@ class ProcessPool:
             raise RuntimeError(
                 f"actor {i} failed while starting (exit code {code}); its traceback is above"
             )
-        if actor.incarnation >= self.max_restarts:
-            self.close()
-            raise RuntimeError(
-                f"actor {i} died {actor.incarnation + 1} times, the last with exit code {code} "
-                f"(max_restarts={self.max_restarts})"
+        try:
+            seed = restart_seed(
+                self._stats,
+                i,
+                base_seed=actor.seed,
+                incarnation=actor.incarnation,
+                max_restarts=self.max_restarts,
+                pid=actor.process.pid,
+                why=f"with exit code {code}",
             )
-        self._stats.counts["actor_restarts"] += 1
-        seed = actor.seed + 1_000_003 * (actor.incarnation + 1)
-        print(
-            f"rltrans: actor {i} (pid {actor.process.pid}) died with exit code {code}; "
-            f"restarting it with seed {seed}",
-            file=sys.stderr,
-        )
+        except RuntimeError:
+            self.close()
+            raise
         self._start_actor(i, seed, actor.incarnation + 1)
         self._actors[i].seed = actor.seed  # later restarts derive from the base seed
         self._grant()

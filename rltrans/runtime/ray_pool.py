@@ -66,7 +66,6 @@ import logging
 import math
 import os
 import socket
-import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -78,7 +77,7 @@ import torch
 from torch import Tensor
 
 from rltrans.config import ConfigError
-from rltrans.runtime.pool import PoolStats, Rollout, actor_seed
+from rltrans.runtime.pool import PoolStats, Rollout, actor_seed, restart_seed
 from rltrans.runtime.process import BOOL_FIELDS, FLOAT_FIELDS, buffer_from_views, episode_info
 from rltrans.types import tree_map
 
@@ -566,19 +565,19 @@ class RayPool:
         if not died and worker.incarnation == 0 and worker.delivered == 0:
             self.close()
             raise RuntimeError(f"runtime=ray: actor {i} failed before its first rollout: {err}")
-        if worker.incarnation >= self.max_restarts:
-            self.close()
-            raise RuntimeError(
-                f"actor {i} died {worker.incarnation + 1} times, the last with {reason} "
-                f"(max_restarts={self.max_restarts})"
+        try:
+            seed = restart_seed(
+                self._stats,
+                i,
+                base_seed=worker.seed,
+                incarnation=worker.incarnation,
+                max_restarts=self.max_restarts,
+                pid=worker.pid,
+                why=f"with {reason}",
             )
-        self._stats.counts["actor_restarts"] += 1
-        seed = worker.seed + 1_000_003 * (worker.incarnation + 1)
-        print(
-            f"rltrans: actor {i} (pid {worker.pid or '?'}) died ({reason}); restarting it "
-            f"with seed {seed}",
-            file=sys.stderr,
-        )
+        except RuntimeError:
+            self.close()
+            raise
         self._workers[i] = _Worker(self._new_actor(i, seed), worker.seed, worker.incarnation + 1)
         for _ in range(self.rollouts_in_flight):
             self._submit(i)
