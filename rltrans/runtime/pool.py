@@ -60,6 +60,34 @@ class ActorPool(Protocol):
     def close(self) -> None: ...
 
 
+def plain(cfg: Any) -> dict[str, Any]:
+    """A plain dict of a config section (resolved), as actors in other processes receive it."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(cfg):
+        return dict(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+    return dict(cfg)
+
+
+def pool_arguments(cfg: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """What every actor pool reads of a training config: the env config each actor builds
+    (``runtime.envs_per_actor`` applied), the keyword arguments all pools share
+    (``num_actors``, ``num_steps``, ``segment_length``, ``torch_threads``, ``max_restarts``),
+    and the ``runtime`` section for the pool's own keys (an empty dict when absent)."""
+    runtime = cfg.get("runtime") or {}
+    env_cfg = plain(cfg.env)
+    if runtime.get("envs_per_actor"):
+        env_cfg["num_envs"] = int(runtime["envs_per_actor"])
+    shared = {
+        "num_actors": int(runtime.get("num_actors", 1)),
+        "num_steps": int(cfg.algo.num_steps),
+        "segment_length": int(cfg.algo.segment_length),
+        "torch_threads": int(cfg.get("torch_threads", 1) or 1),
+        "max_restarts": int(runtime.get("max_restarts", 10)),
+    }
+    return env_cfg, shared, runtime
+
+
 class PoolStats:
     """What an actor pool counts for :meth:`ActorPool.stats`: counts since the start
     (``counts``), the lags of delivered rollouts and timings (``*_s``) since the last report."""

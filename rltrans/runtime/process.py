@@ -71,7 +71,14 @@ import torch.multiprocessing as tmp
 from torch import Tensor
 
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.runtime.pool import PoolStats, Rollout, actor_seed, restart_seed
+from rltrans.runtime.pool import (
+    PoolStats,
+    Rollout,
+    actor_seed,
+    plain,
+    pool_arguments,
+    restart_seed,
+)
 from rltrans.types import Tree, tree_map
 
 ALIGN = 64  # bytes between tensor starts in a slot
@@ -390,7 +397,6 @@ class ProcessPool:
         device: torch.device | str = "cpu",
         on_info: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
-        from omegaconf import OmegaConf
 
         if start_method == "fork":
             raise ValueError(
@@ -402,8 +408,7 @@ class ProcessPool:
         slots = 2 * num_actors if slots is None else slots
         if slots < num_actors:
             raise ValueError(f"slots={slots} must be >= num_actors={num_actors}")
-        plain = lambda c: OmegaConf.to_container(c, resolve=True) if OmegaConf.is_config(c) else c  # noqa: E731
-        self.agent_cfg, self.env_cfg = dict(plain(agent_cfg)), dict(plain(env_cfg))
+        self.agent_cfg, self.env_cfg = plain(agent_cfg), plain(env_cfg)
         self.num_actors, self.num_steps, self.segment_length = num_actors, num_steps, segment_length
         self.seed, self.max_policy_lag, self.max_restarts = seed, max_policy_lag, max_restarts
         self.torch_threads, self.device, self.on_info = torch_threads, torch.device(device), on_info
@@ -454,29 +459,15 @@ class ProcessPool:
         ``torch_threads``). Dropping stale rollouts is left to the trainer (it scales the
         rewards of every rollout, dropped or not); ``agent`` is not needed (the trainer
         publishes its weights)."""
-        from omegaconf import OmegaConf
-
-        get = lambda c, k, d=None: c.get(k, d) if c is not None else d  # noqa: E731
-        runtime, algo = cfg.get("runtime"), cfg.algo
-        env_cfg = (
-            OmegaConf.to_container(cfg.env, resolve=True)
-            if OmegaConf.is_config(cfg.env)
-            else dict(cfg.env)
-        )
-        if get(runtime, "envs_per_actor"):
-            env_cfg["num_envs"] = int(runtime.envs_per_actor)
+        env_cfg, shared, runtime = pool_arguments(cfg)
         return cls(
             cfg.agent,
             env_cfg,
-            num_actors=int(get(runtime, "num_actors", 1)),
-            num_steps=int(algo.num_steps),
-            segment_length=int(algo.segment_length),
+            **shared,
             seed=seed,
-            slots=get(runtime, "slots"),
+            slots=runtime.get("slots"),
             max_policy_lag=None,
-            torch_threads=int(cfg.get("torch_threads", 1) or 1),
-            start_method=str(get(runtime, "start_method", "spawn")),
-            max_restarts=int(get(runtime, "max_restarts", 10)),
+            start_method=str(runtime.get("start_method", "spawn")),
             device=device,
             on_info=on_info,
         )

@@ -77,7 +77,14 @@ import torch
 from torch import Tensor
 
 from rltrans.config import ConfigError
-from rltrans.runtime.pool import PoolStats, Rollout, actor_seed, restart_seed
+from rltrans.runtime.pool import (
+    PoolStats,
+    Rollout,
+    actor_seed,
+    plain,
+    pool_arguments,
+    restart_seed,
+)
 from rltrans.runtime.process import BOOL_FIELDS, FLOAT_FIELDS, buffer_from_views, episode_info
 from rltrans.types import tree_map
 
@@ -346,7 +353,6 @@ class RayPool:
         log_to_driver: bool = True,
         start_timeout: float = 300.0,
     ) -> None:
-        from omegaconf import OmegaConf
 
         if num_actors < 1:
             raise ValueError(f"num_actors must be >= 1, got {num_actors}")
@@ -356,8 +362,7 @@ class RayPool:
             raise ValueError(f"num_cpus_per_actor must be >= 0, got {num_cpus_per_actor}")
         if segment_length < 1 or num_steps % segment_length:
             raise ValueError(f"num_steps={num_steps} must be a multiple of segment_length")
-        plain = lambda c: OmegaConf.to_container(c, resolve=True) if OmegaConf.is_config(c) else c  # noqa: E731
-        self.agent_cfg, self.env_cfg = dict(plain(agent_cfg)), dict(plain(env_cfg))
+        self.agent_cfg, self.env_cfg = plain(agent_cfg), plain(env_cfg)
         self.num_actors, self.num_steps, self.segment_length = num_actors, num_steps, segment_length
         self.seed, self.max_restarts, self.torch_threads = seed, max_restarts, torch_threads
         self.device, self.on_info = torch.device(device), on_info
@@ -404,33 +409,19 @@ class RayPool:
         """The pool a training config describes (``runtime``, ``algo``, ``env``, ``agent``,
         ``torch_threads``). Dropping stale rollouts is left to the trainer; ``agent`` is not
         needed (the trainer publishes its weights)."""
-        from omegaconf import OmegaConf
-
-        get = lambda c, k, d=None: c.get(k, d) if c is not None else d  # noqa: E731
-        runtime, algo = cfg.get("runtime"), cfg.algo
-        env_cfg = (
-            OmegaConf.to_container(cfg.env, resolve=True)
-            if OmegaConf.is_config(cfg.env)
-            else dict(cfg.env)
-        )
-        if get(runtime, "envs_per_actor"):
-            env_cfg["num_envs"] = int(runtime.envs_per_actor)
-        address = get(runtime, "address")
-        store = get(runtime, "object_store_memory", DEFAULT_OBJECT_STORE_MEMORY)
+        env_cfg, shared, runtime = pool_arguments(cfg)
+        address = runtime.get("address")
+        store = runtime.get("object_store_memory", DEFAULT_OBJECT_STORE_MEMORY)
         return cls(
             cfg.agent,
             env_cfg,
-            num_actors=int(get(runtime, "num_actors", 1)),
-            num_steps=int(algo.num_steps),
-            segment_length=int(algo.segment_length),
+            **shared,
             seed=seed,
-            torch_threads=int(cfg.get("torch_threads", 1) or 1),
-            max_restarts=int(get(runtime, "max_restarts", 10)),
             device=device,
             on_info=on_info,
             address=None if address is None else str(address),
-            num_cpus_per_actor=float(get(runtime, "num_cpus_per_actor", 1)),
-            rollouts_in_flight=int(get(runtime, "rollouts_in_flight", 2)),
+            num_cpus_per_actor=float(runtime.get("num_cpus_per_actor", 1)),
+            rollouts_in_flight=int(runtime.get("rollouts_in_flight", 2)),
             object_store_memory=None if store is None else int(store),
         )
 

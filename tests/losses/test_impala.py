@@ -28,15 +28,10 @@ def t(*v: float) -> torch.Tensor:
     return torch.tensor(v, dtype=D).unsqueeze(1)
 
 
-def test_hand_computed_example():
-    # T = 2, one env, no episode end, gamma 0.5, rho_bar = c_bar = 1.
-    # rho = (0.5/0.25, 0.8/1.0) = (2, 0.8) -> clipped rho = (1, 0.8), c = (1, 0.8).
-    # delta_1 = 0.8 (-1 + 0.5 * 3 - 2) = -1.2 -> v_1 = 2 - 1.2 = 0.8
-    # delta_0 = 1 (1 + 0.5 * 2 - 1) = 1      -> v_0 = 1 + 1 + 0.5 * 1 * (-1.2) = 1.4
-    # pg_0 = 1 (1 + 0.5 * v_1 - 1) = 0.4;  pg_1 = 0.8 (-1 + 0.5 * 3 - 2) = -1.2
-    target_lp = t(math.log(0.5), math.log(0.8))
-    loss, m = impala_loss(
-        target_lp,
+def hand_example() -> tuple[torch.Tensor, ...]:
+    """Inputs of the hand-computed example (T = 2, one env, no episode end)."""
+    return (
+        t(math.log(0.5), math.log(0.8)),
         t(math.log(0.25), 0.0),
         t(0.3, 0.7),
         t(1.0, 2.0),
@@ -44,6 +39,17 @@ def test_hand_computed_example():
         t(1.0, -1.0),
         torch.zeros(2, 1, dtype=torch.bool),
         torch.zeros(2, 1, dtype=torch.bool),
+    )
+
+
+def test_hand_computed_example():
+    # T = 2, one env, no episode end, gamma 0.5, rho_bar = c_bar = 1.
+    # rho = (0.5/0.25, 0.8/1.0) = (2, 0.8) -> clipped rho = (1, 0.8), c = (1, 0.8).
+    # delta_1 = 0.8 (-1 + 0.5 * 3 - 2) = -1.2 -> v_1 = 2 - 1.2 = 0.8
+    # delta_0 = 1 (1 + 0.5 * 2 - 1) = 1      -> v_0 = 1 + 1 + 0.5 * 1 * (-1.2) = 1.4
+    # pg_0 = 1 (1 + 0.5 * v_1 - 1) = 0.4;  pg_1 = 0.8 (-1 + 0.5 * 3 - 2) = -1.2
+    loss, m = impala_loss(
+        *hand_example(),
         gamma=0.5,
         rho_bar=1.0,
         c_bar=1.0,
@@ -88,17 +94,7 @@ def test_normalized_advantages_are_the_standardised_pg_advantages():
     (unbiased std), the value and entropy terms are unchanged."""
     # pg advantages of the hand-computed example: (0.4, -1.2): mean -0.4, unbiased std
     # sqrt(0.64 + 0.64) = 0.8 sqrt(2); standardised: (1, -1) / sqrt(2).
-    target_lp = t(math.log(0.5), math.log(0.8))
-    args = (
-        target_lp,
-        t(math.log(0.25), 0.0),
-        t(0.3, 0.7),
-        t(1.0, 2.0),
-        t(2.0, 3.0),
-        t(1.0, -1.0),
-        torch.zeros(2, 1, dtype=torch.bool),
-        torch.zeros(2, 1, dtype=torch.bool),
-    )
+    args = hand_example()
     kw = {"gamma": 0.5, "vf_coef": 0.25, "ent_coef": 0.1}
     _, plain = impala_loss(*args, **kw)
     _, normed = impala_loss(*args, **kw, normalize_advantages=True)
