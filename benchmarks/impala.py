@@ -6,11 +6,15 @@ algo.segment_length=16; env.num_envs=8, and runtime.envs_per_actor=8 for the act
 processes), so every update trains on 256 env steps. Rows:
 
   * ppo               algo=ppo (its own defaults otherwise: 4 epochs x 8 minibatches)
-  * impala local      algo=impala runtime=local (1 actor stepped in the learner process)
-  * impala process xK algo=impala runtime=process runtime.num_actors=K (K actor processes,
+  * A local           algo=A runtime=local (1 actor stepped in the learner process)
+  * A process xK      algo=A runtime=process runtime.num_actors=K (K actor processes,
                       batch_rollouts=1: each update takes one rollout from whichever actor)
-  * impala ray xK     algo=impala runtime=ray runtime.num_actors=K (--ray K: Ray actors on a
+  * A ray xK          algo=A runtime=ray runtime.num_actors=K (--ray K: Ray actors on a
                       local Ray instance the run starts; its ~4 s start-up is not timed)
+
+for each A of ``--algos``: impala (the defaults: 4 passes x 2 minibatches per rollout, so 8
+gradient steps per 256 env steps, PPO's 32 per 1,024) and impala_paper (one step per rollout).
+"x local" divides by the same algo's local row.
 
 Each row is a real training run (``python -m rltrans.train`` in a subprocess, TensorBoard on,
 one checkpoint at the end) of ``--warmup`` + ``--steps`` env steps. Timed part: the updates
@@ -29,8 +33,8 @@ round; with ``--rounds`` > 1 the table shows the median per row.
 On a machine with C cores, K actors plus the learner compete for them: more actors than
 C - 1 cannot add throughput.
 
-    python benchmarks/impala.py [--steps 30720] [--warmup 2560] [--actors 1 2 4]
-                                [--ray 2] [--threads 1] [--rounds 1]
+    python benchmarks/impala.py [--steps 30720] [--warmup 2560] [--algos impala impala_paper]
+                                [--actors 1 2 4] [--ray 2] [--threads 1] [--rounds 1]
 
 Learning (steps and wall time to the threshold, per seed) runs through the learning
 benchmark's grid with IMPALA:
@@ -67,15 +71,15 @@ COMMON = [
 SPLIT = ("env_ms", "act_ms", "learn_ms", "queue_wait_ms")
 
 
-def rows(actors: list[int], ray_actors: list[int]) -> list[tuple[str, list[str]]]:
-    out = [
-        ("ppo", ["algo=ppo"]),
-        ("impala local", ["algo=impala", "runtime=local"]),
-    ]
-    for runtime, counts in (("process", actors), ("ray", ray_actors)):
-        for k in counts:
-            args = [f"runtime={runtime}", f"runtime.num_actors={k}", "runtime.envs_per_actor=8"]
-            out.append((f"impala {runtime} x{k}", ["algo=impala", *args]))
+def rows(algos: list[str], actors: list[int], ray_actors: list[int]) -> list[tuple[str, list[str]]]:
+    """(row name, overrides): PPO, then per algo its local, process and Ray rows."""
+    out = [("ppo", ["algo=ppo"])]
+    for algo in algos:
+        out.append((f"{algo} local", [f"algo={algo}", "runtime=local"]))
+        for runtime, counts in (("process", actors), ("ray", ray_actors)):
+            for k in counts:
+                args = [f"runtime={runtime}", f"runtime.num_actors={k}", "runtime.envs_per_actor=8"]
+                out.append((f"{algo} {runtime} x{k}", [f"algo={algo}", *args]))
     return out
 
 
@@ -130,6 +134,7 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=30720, help="timed env steps per row")
     parser.add_argument("--warmup", type=int, default=2560, help="env steps before timing")
+    parser.add_argument("--algos", nargs="+", default=["impala", "impala_paper"])
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument(
         "--ray", type=int, nargs="*", default=[], help="Ray actor counts (needs the ray extra)"
@@ -140,7 +145,7 @@ def main() -> None:
     a = parser.parse_args()
     round_up = lambda n: -(-n // STEPS_PER_UPDATE) * STEPS_PER_UPDATE  # noqa: E731
     warmup, steps = round_up(max(a.warmup, 1)), round_up(a.steps)  # >= the first update
-    table = rows(a.actors, a.ray)
+    table = rows(a.algos, a.actors, a.ray)
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in table}
     print(
         f"CartPole-v1, mlp, T=32 x 8 envs = {STEPS_PER_UPDATE} steps/update, warm-up {warmup}"
@@ -167,7 +172,7 @@ def main() -> None:
     def med(name: str, key: str) -> float:
         return statistics.median(x[key] for x in results[name])
 
-    local, ppo = med("impala local", "sps"), med("ppo", "sps")
+    ppo = med("ppo", "sps")
     head = (
         f"{'row':<20} {'SPS':>7} {'x local':>8} {'x ppo':>6} {'env ms':>7} {'act ms':>7}"
         f" {'learn ms':>8} {'wait ms':>8} {'lag':>5} {'whole-run SPS':>13}"
@@ -175,6 +180,7 @@ def main() -> None:
     print("\n" + head + "\n" + "-" * len(head))
     for name, _ in table:
         sps = med(name, "sps")
+        local = sps if name == "ppo" else med(f"{name.split()[0]} local", "sps")
         split = " ".join(
             f"{med(name, k):>{w}.1f}" for k, w in zip(SPLIT, (7, 7, 8, 8), strict=True)
         )

@@ -264,9 +264,11 @@ class ImpalaLearner(Learner):
             "ent_coef": impala["ent_coef"],
             "normalize_advantages": impala.get("normalize_advantages", False),
             "min_advantage_std": impala.get("min_advantage_std", 0.0),
+            "clip_coef": impala.get("clip_coef"),
         }
         self.loss = compiled(self.batch_loss) if compile else self.batch_loss
         self.epochs = int(impala.get("epochs", 1))
+        self.num_minibatches = int(impala.get("num_minibatches", 1))
         self.distributions: dict[str, Tensor] = {}
 
     @staticmethod
@@ -353,18 +355,44 @@ class ImpalaLearner(Learner):
                 per_token[name] = v.detach()
         return loss, metrics, per_token
 
+    @staticmethod
+    def select_envs(batch: dict[str, Any], index: Tensor) -> dict[str, Any]:
+        """The columns ``index`` of a batch from :meth:`concat` (whole rollouts of some envs)."""
+        out = {k: v[:, index] for k, v in batch.items() if k not in ("obs", "memories")}
+        out["obs"] = tree_map(lambda x: x[:, index], batch["obs"])
+        out["memories"] = [tree_map(lambda m: m[index], m) for m in batch["memories"]]
+        return out
+
     def update(self, buffers: list[RolloutBuffer], bootstrap_values: list[Tensor]) -> dict:
-        """``epochs`` gradient steps (1: the paper) on B rollouts (each (T, N_i)) with their
-        bootstrap values (N_i,), each step replaying the batch with the current weights (V-trace
-        corrects for the change since the behaviour weights); returns the first step's metrics
-        (0-d tensors) and keeps its per-token aux in :attr:`distributions`."""
+        """``epochs`` passes (1: the paper) over B rollouts (each (T, N_i)) with their bootstrap
+        values (N_i,), each pass ``num_minibatches`` gradient steps on disjoint random sets of
+        envs (whole rollouts, so V-trace still runs over all T steps), each step replaying its
+        minibatch with the current weights (V-trace corrects for the change since the behaviour
+        weights); returns the first step's metrics (0-d tensors) and keeps its per-token aux in
+        :attr:`distributions`."""
         batch = self.concat(list(buffers))
         bootstrap = torch.cat([v.reshape(-1).float() for v in bootstrap_values])
-        for epoch in range(self.epochs):
-            loss, metrics, aux = self.loss(batch, buffers[0].segment_length, bootstrap)
-            metrics["grad_norm"] = self.step(loss)
-            if epoch == 0:
-                first, first_aux = metrics, aux
+        envs = bootstrap.numel()
+        if not 1 <= self.num_minibatches <= envs:
+            raise ValueError(
+                f"algo.num_minibatches={self.num_minibatches} must be in 1..{envs} "
+                f"(the envs of one learner batch)"
+            )
+        first = None
+        for _ in range(self.epochs):
+            if self.num_minibatches == 1:
+                parts = [(batch, bootstrap)]
+            else:
+                order = torch.randperm(envs, device=bootstrap.device)
+                parts = [
+                    (self.select_envs(batch, index), bootstrap[index])
+                    for index in order.tensor_split(self.num_minibatches)
+                ]
+            for part, part_bootstrap in parts:
+                loss, metrics, aux = self.loss(part, buffers[0].segment_length, part_bootstrap)
+                metrics["grad_norm"] = self.step(loss)
+                if first is None:
+                    first, first_aux = metrics, aux
         self.end_update()
         self.distributions = {k: v.reshape(-1) for k, v in first_aux.items()}
         out = {k: v.detach().float() for k, v in first.items()}

@@ -130,10 +130,11 @@ def discounted_returns(
 
 
 class VTraceReturns(NamedTuple):
-    """V-trace targets ``vs`` and policy-gradient advantages, each (T, ...)."""
+    """V-trace targets ``vs``, policy-gradient advantages and q_s - V(x_s), each (T, ...)."""
 
     vs: Tensor
-    pg_advantages: Tensor
+    pg_advantages: Tensor  # min(pg_rho_bar, pi/mu) (q_s - V(x_s)), section 4.2
+    advantages: Tensor  # q_s - V(x_s), unweighted (for a clipped-ratio surrogate)
 
 
 def vtrace(
@@ -174,7 +175,8 @@ def vtrace(
     done = not_done == 0
     vs_following = torch.where(done, next_values, vs_following)
     q = rewards + gamma * _zero_where_terminated(vs_following, terminated)
-    return VTraceReturns(vs=vs, pg_advantages=pg_rhos * (q - values))
+    advantages = q - values
+    return VTraceReturns(vs=vs, pg_advantages=pg_rhos * advantages, advantages=advantages)
 
 
 def returns_to_go(rewards: ArrayT, gamma: float = 1.0) -> ArrayT:

@@ -137,7 +137,7 @@ def _train_specs() -> dict[str, Spec]:
         "algo.num_minibatches": POSITIVE,
         "algo.gamma": number(**unit, open_low=True),
         "algo.gae_lambda": number(**unit),
-        "algo.clip_coef": number(0.0, open_low=True),
+        "algo.clip_coef": number(0.0, open_low=True, null=True),
         "algo.vf_clip_coef": number(0.0, open_low=True, null=True),
         "algo.ent_coef": number(0.0),
         "algo.min_advantage_std": number(0.0),

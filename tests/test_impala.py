@@ -72,15 +72,20 @@ def test_first_pass_rho_is_exactly_one_at_lag_zero(backbone):
             pool.release(r)
 
 
-def test_epochs_are_repeated_steps_on_the_same_batch():
-    """algo.epochs=2: one update equals two one-epoch updates on the same rollouts (lr held
-    fixed), and reports the first step's metrics; the second step sees rho != 1."""
+def twin_agents_and_a_rollout():
+    """A small gtrxl agent, an identical copy, and one rollout (4 envs, T = 32) it acted."""
     envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
     agent = small_agent(envs, "gtrxl")
     twin = copy.deepcopy(agent)
     pool = make_pool(agent, envs)
     pool.publish(None, 0)
-    rollout = pool.get()
+    return agent, twin, pool.get()
+
+
+def test_epochs_are_repeated_steps_on_the_same_batch():
+    """algo.epochs=2: one update equals two one-epoch updates on the same rollouts (lr held
+    fixed), and reports the first step's metrics; the second step sees rho != 1."""
+    agent, twin, rollout = twin_agents_and_a_rollout()
     kw = {"lr": 3e-3, "total_updates": 4, "anneal_lr": False}
     learner = ImpalaLearner(agent, impala={**IMPALA, "epochs": 2}, **kw)
     single = ImpalaLearner(twin, impala=IMPALA, **kw)
@@ -93,6 +98,32 @@ def test_epochs_are_repeated_steps_on_the_same_batch():
     assert metrics["grad_norm"].item() == pytest.approx(first["grad_norm"].item(), rel=1e-6)
     assert abs(first["rho_mean"].item() - 1.0) < 1e-5
     assert abs(second["rho_mean"].item() - 1.0) > 1e-4  # the weights moved between the steps
+
+
+def test_minibatches_are_steps_on_random_disjoint_sets_of_envs():
+    """algo.num_minibatches=2: one update equals one-minibatch steps on the columns (envs) of
+    the same random permutation, each with its own whole-rollout V-trace; too many raises."""
+    agent, twin, rollout = twin_agents_and_a_rollout()
+    kw = {"lr": 3e-3, "total_updates": 4, "anneal_lr": False}
+    impala = {**IMPALA, "clip_coef": 0.2, "optimizer": "adam"}
+    learner = ImpalaLearner(agent, impala={**impala, "num_minibatches": 2}, **kw)
+    single = ImpalaLearner(twin, impala=impala, **kw)
+    torch.manual_seed(5)
+    metrics = learner.update([rollout.buffer], [rollout.bootstrap_value])
+    torch.manual_seed(5)
+    batch = ImpalaLearner.concat([rollout.buffer])
+    norms = []
+    for index in torch.randperm(4).tensor_split(2):
+        part = ImpalaLearner.select_envs(batch, index)
+        assert part["obs"].shape[1] == 2 and part["memories"][0][0].shape[0] == 2
+        loss, _, _ = single.loss(part, 8, rollout.bootstrap_value[index].float())
+        norms.append(single.step(loss))
+    for key, value in agent.state_dict().items():
+        torch.testing.assert_close(value, twin.state_dict()[key], rtol=1e-6, atol=1e-7)
+    assert metrics["grad_norm"].item() == pytest.approx(norms[0].item(), rel=1e-6)
+    too_many = ImpalaLearner(agent, impala={**impala, "num_minibatches": 5}, **kw)
+    with pytest.raises(ValueError, match=r"algo.num_minibatches=5 must be in 1..4"):
+        too_many.update([rollout.buffer], [rollout.bootstrap_value])
 
 
 def reference_update(agent, rollout, cfg, lr, max_grad_norm):
@@ -255,6 +286,28 @@ def test_runtime_process_validates_and_ppo_ignores_the_runtime(tmp_path, capsys)
     assert summary_line(capsys.readouterr().out)["global_step"] == 64
 
 
+def test_impala_paper_is_the_papers_setting_over_the_impala_defaults(tmp_path, capsys):
+    """algo=impala_paper changes exactly the knobs of the paper's one RMSProp step on the
+    rho-weighted policy gradient, inherits every other from algo=impala, and trains."""
+    from rltrans.config import load_config
+
+    paper, ours = load_config(["algo=impala_paper"]).algo, load_config(["algo=impala"]).algo
+    assert set(paper.keys()) == set(ours.keys())
+    changed = {k: paper[k] for k in ours if paper[k] != ours[k]}
+    assert changed == {
+        "epochs": 1,
+        "num_minibatches": 1,
+        "clip_coef": None,
+        "normalize_advantages": False,
+        "min_advantage_std": 0.0,
+        "optimizer": "rmsprop",
+        "lr": 4e-3,
+    }
+    args = [a.replace("algo=impala", "algo=impala_paper") for a in TINY]
+    assert train_main([*args, "total_steps=64", f"run_dir={tmp_path}"]) == 0
+    assert summary_line(capsys.readouterr().out)["global_step"] == 64
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["local", "process", "ray"])
 def test_mlp_solves_cartpole_within_1m_steps(runtime, tmp_path, capsys):
@@ -278,3 +331,22 @@ def test_mlp_solves_cartpole_within_1m_steps(runtime, tmp_path, capsys):
     )
     assert summary["episodic_return"] >= 475
     assert evaluated["mean_return"] >= 475
+
+
+@pytest.mark.slow
+def test_gtrxl_solves_the_tmaze_30_within_1m_steps(tmp_path, capsys):
+    """The done-when command with its defaults (actor processes): the training window's success
+    rate on the T-maze with a 30-step corridor reaches 95 % within 1M env steps; a memoryless
+    agent stays at chance (0.5) here, so only a memory that carries the cue 30 steps passes."""
+    start = time.perf_counter()
+    args = ["agent=gtrxl", "algo=impala", "runtime=process", "env=tmaze", "env.kwargs.length=30"]
+    args += ["total_steps=1000000", "seed=2", "progress=false", f"run_dir={tmp_path}"]
+    assert train_main(args) == 0
+    summary = summary_line(capsys.readouterr().out)
+    success = scalars(tmp_path)["charts/success_rate"]
+    first = next((step for step, value in success if value >= 0.95), None)
+    print(
+        f"IMPALA gtrxl T-maze-30, runtime=process: >= 0.95 first at step {first}, final "
+        f"{summary['success_rate']}, {time.perf_counter() - start:.0f} s"
+    )
+    assert first is not None and first <= 1_000_000

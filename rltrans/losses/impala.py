@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rltrans.losses.ppo import keep_valid, masked_mean, standardize
+from rltrans.losses.ppo import clipped_surrogate, keep_valid, masked_mean, standardize
 from rltrans.returns import vtrace
 
 __all__ = ["impala_loss"]
@@ -30,6 +30,7 @@ def impala_loss(
     ent_coef: float = 0.01,
     normalize_advantages: bool = False,
     min_advantage_std: float = 0.0,
+    clip_coef: float | None = None,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """IMPALA loss = policy + vf_coef * value - ent_coef * entropy; all inputs time-major (T, N).
@@ -42,7 +43,12 @@ def impala_loss(
     episode end (padding), because they still lie on the V-trace recursion of earlier steps.
     ``normalize_advantages`` standardises the policy-gradient advantages over the batch (as
     PPO does per minibatch; not in the paper), dividing by max(std, ``min_advantage_std``).
-    Metrics: policy, value, entropy, rho_mean (unclipped pi/mu), rho_clipfrac (rho > rho_bar).
+    ``clip_coef`` replaces the policy term with PPO's clipped surrogate over the ratio
+    r = pi/mu and the unweighted advantages q_s - V(x_s) (as APPO does; not in the paper):
+    the same gradient as the paper's while r <= pg_rho_bar and r is inside the clip range,
+    and none once a step has moved r out of it, which bounds repeated steps on one batch.
+    Metrics: policy, value, entropy, rho_mean (unclipped pi/mu), rho_clipfrac (rho > rho_bar),
+    and with ``clip_coef`` clipfrac (|r - 1| > clip_coef).
     """
     # Padding may hold garbage; neutralise it so it cannot overflow exp() or poison gradients.
     target_log_prob = keep_valid(target_log_prob, mask)
@@ -65,11 +71,15 @@ def impala_loss(
             lam=lam,
         )
 
-    advantages = targets.pg_advantages
+    advantages = targets.pg_advantages if clip_coef is None else targets.advantages
     if normalize_advantages:
         advantages = standardize(advantages, mask, min_advantage_std)
     # Means instead of the paper's sums, so coefficients do not scale with T * N.
-    policy_loss = masked_mean(-advantages * target_log_prob, mask)
+    if clip_coef is None:
+        policy_loss = masked_mean(-advantages * target_log_prob, mask)
+    else:
+        ratio = torch.exp(keep_valid(target_log_prob - behaviour_log_prob, mask))
+        policy_loss = clipped_surrogate(ratio, advantages, clip_coef, mask)
     value_loss = 0.5 * masked_mean((targets.vs - values).pow(2), mask)
     entropy_mean = masked_mean(entropy, mask)
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
@@ -83,4 +93,7 @@ def impala_loss(
             "rho_mean": masked_mean(rhos, mask),
             "rho_clipfrac": masked_mean((rhos > rho_bar).to(rhos.dtype), mask),
         }
+        if clip_coef is not None:
+            outside = ((rhos - 1.0).abs() > clip_coef).to(rhos.dtype)
+            metrics["clipfrac"] = masked_mean(outside, mask)
     return loss, metrics

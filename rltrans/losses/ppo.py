@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["keep_valid", "masked_mean", "ppo_loss"]
+__all__ = ["clipped_surrogate", "keep_valid", "masked_mean", "ppo_loss", "standardize"]
 
 
 def keep_valid(x: Tensor, mask: Tensor | None, fill: float = 0.0) -> Tensor:
@@ -46,6 +46,19 @@ def standardize(advantages: Tensor, mask: Tensor | None, min_std: float = 0.0) -
     return (advantages - mean) / (var.sqrt().clamp_min(min_std) + 1e-8)
 
 
+def clipped_surrogate(
+    ratio: Tensor, advantages: Tensor, clip_coef: float | None, mask: Tensor | None = None
+) -> Tensor:
+    """PPO's clipped surrogate as a loss (Schulman et al. 2017, eq. 7): the mean over valid
+    steps of max(-A r, -A clip(r, 1 - eps, 1 + eps)); ``advantages`` are constants.
+    ``clip_coef=None`` leaves r unclipped (the importance-weighted policy gradient)."""
+    unclipped = -advantages * ratio
+    if clip_coef is None:
+        return masked_mean(unclipped, mask)
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    return masked_mean(torch.maximum(unclipped, clipped), mask)
+
+
 def ppo_loss(
     new_log_prob: Tensor,
     old_log_prob: Tensor,
@@ -55,7 +68,7 @@ def ppo_loss(
     returns: Tensor,
     entropy: Tensor,
     *,
-    clip_coef: float,
+    clip_coef: float | None,
     vf_clip_coef: float | None,
     ent_coef: float,
     vf_coef: float,
@@ -66,7 +79,8 @@ def ppo_loss(
 
     ``mask`` (bool or 0/1, True = valid step) removes padded steps from every mean and from the
     advantage statistics. ``old_log_prob``, ``advantages``, ``old_values`` and ``returns`` are
-    treated as constants (detached). ``vf_clip_coef=None`` disables value clipping.
+    treated as constants (detached). ``clip_coef=None`` / ``vf_clip_coef=None`` disable the
+    policy-ratio / value clipping.
     Metrics (detached scalars, no host sync): policy, value, entropy, approx_kl, clipfrac,
     ratio_mean. Example: ``loss, m = ppo_loss(lp, old_lp, adv, v, old_v, ret, ent, clip_coef=0.2,
     vf_clip_coef=None, ent_coef=0.01, vf_coef=0.5)``.
@@ -84,9 +98,7 @@ def ppo_loss(
 
     # Clipped surrogate, Schulman et al. 2017 eq. 7 (written as a loss: max of the negatives).
     ratio = torch.exp(log_ratio)
-    pg_unclipped = -advantages * ratio
-    pg_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-    policy_loss = masked_mean(torch.maximum(pg_unclipped, pg_clipped), mask)
+    policy_loss = clipped_surrogate(ratio, advantages, clip_coef, mask)
 
     # Value loss with the PPO2-baselines clipping: pessimistic max of clipped and unclipped errors.
     value_err = (new_values - returns).pow(2)
@@ -102,7 +114,8 @@ def ppo_loss(
         # k3 estimator of KL(old || new): unbiased, non-negative and exactly 0 when ratio == 1
         # (Schulman, "Approximating KL divergence", 2020).
         approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
-        clipped = ((ratio - 1.0).abs() > clip_coef).to(ratio.dtype)
+        bound = float("inf") if clip_coef is None else clip_coef
+        clipped = ((ratio - 1.0).abs() > bound).to(ratio.dtype)
         metrics = {
             "policy": policy_loss.detach(),
             "value": value_loss.detach(),

@@ -113,6 +113,41 @@ def test_normalized_advantages_are_the_standardised_pg_advantages():
     assert below["policy"].item() == pytest.approx(normed["policy"].item(), abs=1e-12)
 
 
+def test_clipped_surrogate_by_hand():
+    """clip_coef: the policy term is PPO's clipped surrogate over r = pi/mu with the unweighted
+    advantages q_s - V(x_s); a step whose ratio left the clip range in the advantage's
+    direction gets no gradient; the value and entropy terms are unchanged."""
+    # rho = (2, 0.8); q - V = (1 + 0.5 * 0.8 - 1, -1 + 0.5 * 3 - 2) = (0.4, -1.5).
+    # clip 0.3: step 0 max(-0.4 * 2, -0.4 * 1.3) = -0.52 (clipped: no gradient),
+    # step 1 max(1.5 * 0.8, 1.5 * 0.8) = 1.2 (inside the range): d/dlog pi_1 = 1.5 * 0.8 / 2.
+    args = list(hand_example())
+    args[0] = args[0].clone().requires_grad_()
+    kw = {"gamma": 0.5, "vf_coef": 0.25, "ent_coef": 0.1}
+    _, plain = impala_loss(*args, **kw)
+    loss, m = impala_loss(*args, **kw, clip_coef=0.3)
+    assert m["policy"].item() == pytest.approx((-0.52 + 1.2) / 2, abs=1e-12)
+    assert m["value"].item() == pytest.approx(plain["value"].item(), abs=1e-12)
+    assert m["entropy"].item() == pytest.approx(plain["entropy"].item(), abs=1e-12)
+    assert m["clipfrac"].item() == 0.5
+    (grad,) = torch.autograd.grad(loss, args[0])
+    torch.testing.assert_close(grad[:, 0], torch.tensor([0.0, 0.6], dtype=D), rtol=0, atol=1e-12)
+
+
+def test_clipped_surrogate_at_ratio_one_has_the_papers_gradient():
+    """With the behaviour log-probs equal to the target's (r = 1: lag 0, first step), the
+    clipped surrogate's policy gradient is the paper's, normalized or not."""
+    for normalize in (False, True):
+        batch = random_batch(3)
+        batch["behaviour_log_prob"] = batch["target_log_prob"].detach().clone()
+        kw = {**KW, "vf_coef": 0.0, "ent_coef": 0.0, "normalize_advantages": normalize}
+        paper, _ = impala_loss(**batch, **kw)
+        clipped, m = impala_loss(**batch, **kw, clip_coef=0.2)
+        (g_paper,) = torch.autograd.grad(paper, batch["target_log_prob"])
+        (g_clipped,) = torch.autograd.grad(clipped, batch["target_log_prob"])
+        torch.testing.assert_close(g_clipped, g_paper, rtol=1e-12, atol=1e-14)
+        assert m["clipfrac"].item() == 0.0
+
+
 def test_targets_are_stop_gradient():
     b = random_batch(0)
     n = b["values"].numel()
