@@ -4,7 +4,7 @@ Each run is `python -m rltrans.train` (in-process) with the overrides below; the
 learning curve is read back from the run's TensorBoard events. Printed per run:
 steps to reach the threshold (or "-"), final metric, SPS.
 
-Tasks (issue 3): T-maze with corridor 30 (success rate, threshold 0.95), repeat-previous
+Tasks: T-maze with corridor 30 (success rate, threshold 0.95), repeat-previous
 (return, threshold 0.9), CartPole-v1 through the Gymnasium path (return, threshold 475).
 Steps and wall time to the threshold come from the run's own logs (wall time = step / the
 cumulative charts/SPS logged at that step).
@@ -125,7 +125,7 @@ def main() -> None:
         "--first-seed", type=int, default=1, help="seeds run from here (split seeds over processes)"
     )
     p.add_argument("--steps", type=int, default=500_000)
-    p.add_argument("--algo", default="ppo", choices=["ppo", "impala"])
+    p.add_argument("--algo", default="ppo", choices=["ppo", "impala", "impala_paper"])
     p.add_argument("--runtime", default="local", choices=["local", "process", "ray"])
     p.add_argument("--out", default=None, help="keep the runs here (default: a temp dir)")
     args = p.parse_args()

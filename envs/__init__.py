@@ -52,8 +52,9 @@ def make_env(
 
 
 # Code an env config may name without the user's say-so when it comes from a file (a
-# checkpoint): gymnasium's and rltrans's own modules and ale-py's registrations.
-TRUSTED_ROOTS = ("gymnasium", "ale_py", "rltrans")
+# checkpoint): gymnasium's and rltrans's own modules, ale-py's registrations and minigrid's
+# (env=minigrid_memory names its ids and wrappers).
+TRUSTED_ROOTS = ("gymnasium", "ale_py", "minigrid", "rltrans")
 # Trusted modules' wrappers that write files or open windows.
 SIDE_EFFECT_WRAPPERS = ("RecordVideo", "HumanRendering")
 
