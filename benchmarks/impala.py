@@ -46,15 +46,13 @@ benchmark's grid with IMPALA:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from runs import timed, train
+
 STEPS_PER_UPDATE = 32 * 8
 COMMON = [
     "agent=mlp",
@@ -83,48 +81,10 @@ def rows(algos: list[str], actors: list[int], ray_actors: list[int]) -> list[tup
     return out
 
 
-def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
-def train(args: list[str], threads: int, timeout: float) -> dict:
-    """One training run in a subprocess; its JSON summary line."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": str(max(threads, 1)),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "rltrans.train", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{args}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1])
-
-
 def measure(run: Path, warmup: int) -> dict[str, float]:
-    """Timed SPS after ``warmup`` steps (from charts/SPS) and the mean split per update."""
-    tags = scalars(run)
-    sps = tags["charts/SPS"]
-    timed = [(s, v) for s, v in sps if s >= warmup]
-    (s1, v1), (s2, v2) = timed[0], timed[-1]
-    out = {"sps": (s2 - s1) / (s2 / v2 - s1 / v1), "updates": len(timed) - 1}
-    after = lambda tag: [v for s, v in tags.get(tag, []) if s > s1]  # noqa: E731
-    for key in SPLIT:
-        values = after(f"perf/{key}")
-        out[key] = statistics.fmean(values) if values else float("nan")
-    lags = after("perf/policy_lag")
-    out["lag"] = statistics.fmean(lags) if lags else float("nan")
+    """Timed SPS after ``warmup`` steps, the mean split per update and the mean policy lag."""
+    out = timed(run, warmup, (*SPLIT, "policy_lag"))
+    out["lag"] = out.pop("policy_lag")
     return out
 
 

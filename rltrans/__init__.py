@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from rltrans.policy import Policy
 
 
-def load_policy(path: Any, device: Any = "cpu", torch_threads: int | None = 1) -> Policy:
+def load_policy(path: Any, device: Any = "cpu", torch_threads: int | str | None = "auto") -> Policy:
     """Load a saved policy (checkpoint file or run dir); see :mod:`rltrans.policy`."""
     from rltrans.policy import load_policy as _load
 

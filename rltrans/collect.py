@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrans.config import ConfigError, run_cli
 from rltrans.policy import check_env_code
-from rltrans.run import building, payload_spaces, setup
+from rltrans.run import building, payload_spaces, setup, thread_tuners
 from rltrans.spaces import SpaceMismatchError, check_same_spaces
 
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -214,6 +214,7 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
     device = setup(cfg)
     policy, spec, name, info = resolve_policy(cfg, device)
     epsilons = _epsilons(cfg)
+    threads = thread_tuners(cfg, device, None, "acting step").get("acting step")
     deterministic = cfg.deterministic
     if deterministic is None:  # the policy's default
         deterministic = info.get("deterministic", False)
@@ -236,6 +237,7 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
             device=device,
             state=_initial_state(policy, min(n, count), info.get("target"), device),
             progress=cfg.progress,
+            threads=threads,
         )
     mix = f" with epsilon {epsilons if len(epsilons) > 1 else epsilons[0]}" if policy else ""
     description = cfg.description or (

@@ -24,7 +24,7 @@ from rltrans.checkpoint import load_checkpoint
 from rltrans.config import ConfigError, run_cli
 from rltrans.envs import make_env
 from rltrans.policy import agent_from_checkpoint, check_env_code, resolve_checkpoint
-from rltrans.run import building, payload_spaces, setup
+from rltrans.run import building, payload_spaces, setup, thread_tuners
 from rltrans.runtime.episodes import VideoRecorder
 from rltrans.runtime.evaluation import evaluate_episodes, evaluate_targets
 from rltrans.spaces import check_same_spaces
@@ -124,6 +124,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         common = dict(
             seed=cfg.seed, device=device, deterministic=bool(deterministic),
             max_steps=cfg.max_steps, on_step=video,
+            threads=thread_tuners(cfg, device, None, "acting step").get("acting step"),
         )  # fmt: skip
         if conditioned:
             results = evaluate_targets(agent, envs, targets, cfg.episodes, **common)

@@ -21,6 +21,7 @@ from rltrans.flat import FlatLayout, flatten, is_flat_state, to_flat_state, to_p
 from rltrans.losses.impala import impala_loss
 from rltrans.losses.ppo import ppo_loss
 from rltrans.returns import next_values_from
+from rltrans.threads import ThreadTuner, tuned
 from rltrans.types import Aux, PPOBatch, Segment, tree_map, tree_stack
 
 
@@ -70,6 +71,7 @@ class Learner:
         self.amp_dtype = torch.bfloat16 if self.amp and torch.cuda.is_bf16_supported() else None
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype is None)
         self.device_type = device.type
+        self.threads: ThreadTuner | None = None  # torch_threads=auto: times each gradient step
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Mixed-precision context for the forward pass (a no-op on CPU or with amp off)."""
@@ -203,11 +205,12 @@ class PPOLearner(Learner):
         for epoch in range(self.epochs):
             kls = []
             for batch in buffer.minibatches(self.num_minibatches, generator):
-                loss, metrics, aux = self.loss(batch)
+                with tuned(self.threads):
+                    loss, metrics, aux = self.loss(batch)
+                    metrics["grad_norm"] = self.step(loss)
                 for k, v in aux.items():  # per-token aux values (e.g. ponder steps)
                     if epoch == 0:
                         pieces.setdefault(k, []).append(v.reshape(-1))
-                metrics["grad_norm"] = self.step(loss)
                 for k, v in metrics.items():
                     totals[k] = totals.get(k, 0.0) + v.detach().float()
                 kls.append(metrics["approx_kl"])
@@ -389,8 +392,9 @@ class ImpalaLearner(Learner):
                     for index in order.tensor_split(self.num_minibatches)
                 ]
             for part, part_bootstrap in parts:
-                loss, metrics, aux = self.loss(part, buffers[0].segment_length, part_bootstrap)
-                metrics["grad_norm"] = self.step(loss)
+                with tuned(self.threads):
+                    loss, metrics, aux = self.loss(part, buffers[0].segment_length, part_bootstrap)
+                    metrics["grad_norm"] = self.step(loss)
                 if first is None:
                     first, first_aux = metrics, aux
         self.end_update()

@@ -33,6 +33,7 @@ from rltrans.config import ConfigError
 from rltrans.registry import AgentEntry, RegistryError, agent_entry, build_agent
 from rltrans.run import payload_spaces, set_threads
 from rltrans.spaces import obs_to_tensor
+from rltrans.threads import AUTO, ThreadTuner, tuned
 from rltrans.types import Tree, tree_leaves
 
 
@@ -123,6 +124,7 @@ class Policy:
         self.target_return = target_return
         default = config.get("algo", {}).get("eval_deterministic", False)
         self.deterministic = bool(default) if return_conditioned else True
+        self.threads: ThreadTuner | None = None  # torch_threads=auto (load_policy sets it)
 
     @property
     def device(self) -> torch.device:
@@ -170,7 +172,8 @@ class Policy:
             done = torch.zeros(n, dtype=torch.bool, device=self.device)
         done = torch.as_tensor(np.atleast_1d(done) if as_numpy else done, device=self.device)
         mode = self.deterministic if deterministic is None else deterministic
-        out, state = self.agent.act(x, state, done.bool().view(n), deterministic=mode)
+        with tuned(self.threads):
+            out, state = self.agent.act(x, state, done.bool().view(n), deterministic=mode)
         action = out.env_action[0] if single else out.env_action
         if as_numpy:
             array = action.cpu().numpy()
@@ -185,12 +188,14 @@ class Policy:
 
 
 def load_policy(
-    path: str | Path, device: torch.device | str = "cpu", torch_threads: int | None = 1
+    path: str | Path, device: torch.device | str = "cpu", torch_threads: int | str | None = AUTO
 ) -> Policy:
     """Load a saved rltrans policy (checkpoint file or run directory) for acting.
 
-    ``torch_threads`` sets torch's intra-op threads as training does (small models act
-    fastest on one; None leaves torch's setting alone).
+    ``torch_threads`` sets torch's intra-op threads as training does: ``auto`` (on CPU)
+    times the first ``act`` calls at 1, 2, 4, ... threads and keeps the fewest within 10 %
+    of the fastest (``policy.threads.chosen``); an integer fixes it; None leaves torch's
+    setting alone.
     """
     if torch_threads is not None:
         set_threads(torch_threads)
@@ -198,9 +203,12 @@ def load_policy(
     agent, entry = agent_from_checkpoint(payload, device)
     targets = payload.get("eval_targets") or []
     best = payload.get("dataset", {}).get("max_return")
-    return Policy(
+    policy = Policy(
         agent,
         payload["config"],
         return_conditioned=entry.return_conditioned,
         target_return=max(targets) if targets else best,
     )
+    if torch_threads == AUTO and torch.device(device).type == "cpu":
+        policy.threads = ThreadTuner("acting step")
+    return policy

@@ -46,6 +46,7 @@ from rltrans.checkpoint import (
 from rltrans.config import ConfigError, to_container
 from rltrans.distributed import World
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
+from rltrans.threads import AUTO, ThreadTuner, set_threads
 
 # Keys a resumed run may change; every other key keeps the run's saved value.
 RESUMABLE_KEYS: tuple[str, ...] = (
@@ -76,11 +77,23 @@ def select_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def set_threads(threads: int) -> None:
-    """torch intra-op threads (0 = torch's default). Small RL models run fastest on one, and
-    on a shared machine a busy second core slows a multi-threaded step several times."""
-    if threads:
-        torch.set_num_threads(int(threads))
+def thread_tuners(
+    cfg: DictConfig, device: torch.device, saved: dict[str, Any] | None = None, *names: str
+) -> dict[str, ThreadTuner]:
+    """``torch_threads=auto`` on CPU: one :class:`ThreadTuner` per kind of call in ``names``
+    (e.g. ``learner step``, ``acting step``), restored from a checkpoint's ``saved`` choices;
+    each reports its choice on stderr. Empty for a fixed count or a CUDA device."""
+    if cfg.get("torch_threads") != AUTO or device.type != "cpu":
+        return {}
+
+    def report(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    tuners = {name: ThreadTuner(name, report=report) for name in names}
+    for name, state in (saved or {}).items():
+        if name in tuners:
+            tuners[name].load_state_dict(state)
+    return tuners
 
 
 def seed_everything(seed: int) -> None:
@@ -461,4 +474,5 @@ __all__ = [
     "select_device",
     "set_threads",
     "setup",
+    "thread_tuners",
 ]

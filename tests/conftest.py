@@ -1,6 +1,7 @@
 """Shared test setup: one torch thread (CI has 2 shared cores), deterministic seeds."""
 
 import os
+from collections.abc import Iterator
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -11,5 +12,7 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
-def _seed() -> None:
+def _seed() -> Iterator[None]:
     torch.manual_seed(0)
+    yield
+    torch.set_num_threads(1)  # a test that tuned threads (torch_threads=auto) leaves one

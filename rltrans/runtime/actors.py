@@ -96,7 +96,7 @@ class LocalActor:
         one resumed from that checkpoint (env states are not in checkpoints)."""
         loop = self.loop
         self.loop = EpisodeLoop(loop.envs, self.agent, seed=seed, device=loop.device)
-        self.loop.timings = loop.timings
+        self.loop.timings, self.loop.threads = loop.timings, loop.threads
         if self.reward_scaler is not None:  # running returns belong to the cut episodes
             self.reward_scaler.returns.zero_()
 

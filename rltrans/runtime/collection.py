@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from rltrans.envs.offline import Episode
 from rltrans.runtime.episodes import EpisodeLoop, Quota
+from rltrans.threads import ThreadTuner
 from rltrans.types import ActingPolicy, ActOutput, Tree
 
 
@@ -120,6 +121,7 @@ def collect_episodes(
     device: torch.device | str = "cpu",
     state: Tree = None,
     progress: bool = True,
+    threads: ThreadTuner | None = None,
 ) -> list[Episode]:
     """Run ``policy`` (None: uniform random) in a sync vector env; return ``episodes`` episodes.
 
@@ -127,7 +129,8 @@ def collect_episodes(
     probability. ``max_steps`` caps each episode's length (truncation); to record that limit
     in a dataset, pass one ``EnvSpec`` (``dataclasses.replace(gym.spec(id),
     max_episode_steps=..)``) here and to ``write_minari(env=...)`` instead. ``state``
-    overrides the policy's initial state (e.g. a return-conditioned policy's target).
+    overrides the policy's initial state (e.g. a return-conditioned policy's target);
+    ``threads`` (torch_threads=auto) tunes the thread count of the acting calls.
     Episodes come in the order they started (vector step, then env index).
 
     Example:
@@ -144,8 +147,9 @@ def collect_episodes(
         elif not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon={epsilon} must lie in [0, 1]")
         loop = EpisodeLoop(
-            envs, policy, seed=seed, device=device, deterministic=deterministic, state=state
-        )
+            envs, policy, seed=seed, device=device, deterministic=deterministic, state=state,
+            threads=threads,
+        )  # fmt: skip
         return _record(loop, Quota.split(episodes, num_envs), episodes, progress)
     finally:
         envs.close()

@@ -34,6 +34,7 @@ from torch import Tensor
 from rltrans.envs import is_torch_env
 from rltrans.logging import Episode, EpisodeTracker
 from rltrans.spaces import obs_to_tensor
+from rltrans.threads import ThreadTuner, tuned
 from rltrans.types import ActingPolicy, ActOutput, Tree
 
 
@@ -88,7 +89,8 @@ class EpisodeLoop:
 
     ``state`` overrides ``policy.initial_state(num_envs)`` (e.g. a return-conditioned
     policy's state with one target per env). ``timings`` accumulates seconds spent acting
-    (the policy and the conversions) and stepping the env.
+    (the policy and the conversions) and stepping the env. ``threads`` (torch_threads=auto)
+    sets torch's thread count for every acting call and tunes it.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class EpisodeLoop:
         device: torch.device | str,
         deterministic: bool = False,
         state: Tree = None,
+        threads: ThreadTuner | None = None,
     ) -> None:
         self.envs, self.policy = envs, policy
         self.device = torch.device(device)
@@ -112,6 +115,7 @@ class EpisodeLoop:
         self.done = torch.ones(envs.num_envs, dtype=torch.bool, device=self.device)
         self.state = policy.initial_state(envs.num_envs) if state is None else state
         self.timings = {"env": 0.0, "act": 0.0}
+        self.threads = threads  # torch_threads=auto: a ThreadTuner timing each acting call
 
     @property
     def num_envs(self) -> int:
@@ -133,9 +137,10 @@ class EpisodeLoop:
     def step(self) -> Transition:
         """Act in every env once and step them; returns what happened."""
         t0 = time.perf_counter()
-        out, self.state = self.policy.act(
-            self.obs, self.state, self.done, deterministic=self.deterministic
-        )
+        with tuned(self.threads):
+            out, self.state = self.policy.act(
+                self.obs, self.state, self.done, deterministic=self.deterministic
+            )
         if not isinstance(out, ActOutput):
             raise TypeError(
                 f"{type(self.policy).__name__}.act must return (rltrans.types.ActOutput, state), "

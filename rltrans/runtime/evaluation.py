@@ -18,6 +18,7 @@ from gymnasium.vector import VectorEnv
 
 from rltrans.logging import Episode
 from rltrans.runtime.episodes import EpisodeLoop, Quota, Transition, play_episodes
+from rltrans.threads import ThreadTuner
 from rltrans.types import ActingPolicy
 
 OnStep = Callable[[Transition, list[Episode]], None]
@@ -54,9 +55,12 @@ def evaluate_episodes(
     deterministic: bool = True,
     max_steps: int = 1_000_000,
     on_step: OnStep | None = None,
+    threads: ThreadTuner | None = None,
 ) -> list[Episode]:
     """Play ``episodes`` episodes split evenly over the envs; returns them in finish order."""
-    loop = EpisodeLoop(envs, policy, seed=seed, device=device, deterministic=deterministic)
+    loop = EpisodeLoop(
+        envs, policy, seed=seed, device=device, deterministic=deterministic, threads=threads
+    )
     quota = Quota.split(episodes, envs.num_envs)
     return play_episodes(loop, quota, max_steps=max_steps, on_step=on_step)
 
@@ -72,6 +76,7 @@ def evaluate_targets(
     deterministic: bool = True,
     max_steps: int = 1_000_000,
     on_step: OnStep | None = None,
+    threads: ThreadTuner | None = None,
 ) -> list[TargetResult]:
     """Play ``episodes`` episodes per target return, all of them in ONE pass of ``envs``.
 
@@ -88,8 +93,9 @@ def evaluate_targets(
     per_env = torch.as_tensor(np.repeat(np.asarray(targets, np.float32), episodes), device=device)
     state = policy.initial_state(n, per_env)  # type: ignore[call-arg]  # return-conditioned
     loop = EpisodeLoop(
-        envs, policy, seed=seed, device=device, deterministic=deterministic, state=state
-    )
+        envs, policy, seed=seed, device=device, deterministic=deterministic, state=state,
+        threads=threads,
+    )  # fmt: skip
     results = [TargetResult(float(t)) for t in targets]
     for ep in play_episodes(loop, Quota([1] * n), max_steps=max_steps, on_step=on_step):
         results[ep.env_index // episodes].returns.append(ep.ret)

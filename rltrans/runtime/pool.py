@@ -29,6 +29,7 @@ from torch import Tensor
 
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.runtime.actors import LocalActor
+from rltrans.threads import AUTO
 
 
 @dataclass
@@ -74,7 +75,7 @@ def pool_arguments(cfg: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
     (``runtime.envs_per_actor`` applied), the keyword arguments all pools share
     (``num_actors``, ``num_steps``, ``segment_length``, ``torch_threads``, ``max_restarts``),
     and the ``runtime`` section for the pool's own keys (an empty dict when absent)."""
-    runtime = cfg.get("runtime") or {}
+    runtime, threads = cfg.get("runtime") or {}, cfg.get("torch_threads", 1)
     env_cfg = plain(cfg.env)
     if runtime.get("envs_per_actor"):
         env_cfg["num_envs"] = int(runtime["envs_per_actor"])
@@ -82,7 +83,8 @@ def pool_arguments(cfg: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
         "num_actors": int(runtime.get("num_actors", 1)),
         "num_steps": int(cfg.algo.num_steps),
         "segment_length": int(cfg.algo.segment_length),
-        "torch_threads": int(cfg.get("torch_threads", 1) or 1),
+        # Actor processes share the cores with each other and the learner: auto = one each.
+        "torch_threads": 1 if threads in (None, 0, AUTO) else int(threads),
         "max_restarts": int(runtime.get("max_restarts", 10)),
     }
     return env_cfg, shared, runtime

@@ -35,7 +35,7 @@ from rltrans.envs import make_env
 from rltrans.learner import ImpalaLearner, NonFiniteLossError
 from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
 from rltrans.registry import build_agent
-from rltrans.run import Run, seed_everything
+from rltrans.run import Run, seed_everything, thread_tuners
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
 from rltrans.trainers.ppo import run_name
@@ -151,6 +151,13 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         on_info=tracker.update,
     )
     pool.publish(agent.state_dict(), update)
+    # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
+    # processes use one thread, and so does every learner process under torchrun.
+    names = ("learner step", "acting step") if local else ("learner step",)
+    tuners = {} if world.distributed else thread_tuners(cfg, device, resumed.get("threads"), *names)
+    learner.threads = tuners.get("learner step")
+    for actor in pool.actors if isinstance(pool, LocalPool) else ():
+        actor.loop.threads = tuners.get("acting step")
     # Events logged after the checkpoint by an interrupted process are hidden (those AT its
     # step were logged before it was written, so they stay).
     purge = global_step + 1 if cfg.resume else None
@@ -212,6 +219,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
                     "update": update,
                     "episodes": tracker.state_dict(),
                     "dropped": dropped,
+                    "threads": {name: t.state_dict() for name, t in tuners.items()},
                 }
                 if scalers is not None:
                     states = distributed.gather_objects([s.state_dict() for s in scalers])

@@ -37,9 +37,10 @@ from rltrans.envs.offline import (
 from rltrans.learner import Learner, NonFiniteLossError
 from rltrans.logging import MetricLogger, ProgressBar
 from rltrans.registry import agent_entry, build_agent
-from rltrans.run import Run
+from rltrans.run import Run, thread_tuners
 from rltrans.runtime.evaluation import TargetResult, evaluate_targets
 from rltrans.spaces import check_same_spaces
+from rltrans.threads import tuned
 
 __all__ = ["derive_targets", "eval_metrics", "train_offline"]
 
@@ -211,6 +212,9 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
     step = run.resume(agent, learner, spaces)
     if run.resumed_payload is not None:
         sampler.bit_generator.state = json.loads(run.resumed_payload["sampler_rng"])
+    saved_threads = (run.resumed_payload or {}).get("threads")
+    tuners = thread_tuners(cfg, device, saved_threads, "learner step")
+    learner.threads = tuners.get("learner step")
 
     # Events logged after the checkpoint by an interrupted process are hidden (those AT its
     # step were logged before it was written, so they stay).
@@ -234,7 +238,11 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
             )  # fmt: skip
             logger.log(step, eval_metrics(found))
         sampler_state = json.dumps(sampler.bit_generator.state)  # ints too wide for tensors
-        run.save(step, agent, learner, spaces, extra={**extra, "sampler_rng": sampler_state})
+        threads = {name: t.state_dict() for name, t in tuners.items()}
+        run.save(
+            step, agent, learner, spaces,
+            extra={**extra, "sampler_rng": sampler_state, "threads": threads},
+        )  # fmt: skip
         return found
 
     agent.train()
@@ -243,9 +251,10 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
             t0 = time.perf_counter()
             batch = buffer.sample(algo.batch_size, sampler, device=device)  # (B, K, ...)
             t1 = time.perf_counter()
-            with learner.autocast():
-                loss, metrics = agent.loss(batch)
-            metrics["grad_norm"] = learner.step(loss)
+            with tuned(learner.threads):
+                with learner.autocast():
+                    loss, metrics = agent.loss(batch)
+                metrics["grad_norm"] = learner.step(loss)
             learner.end_update()  # the lr schedule counts gradient steps
             t2 = time.perf_counter()
             sample_s, learn_s, train_s = sample_s + t1 - t0, learn_s + t2 - t1, train_s + t2 - t0

@@ -25,7 +25,7 @@ from rltrans.envs import make_env
 from rltrans.learner import NonFiniteLossError, PPOLearner
 from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
 from rltrans.registry import build_agent
-from rltrans.run import Run
+from rltrans.run import Run, thread_tuners
 from rltrans.runtime.actors import LocalActor, RewardScaler
 
 
@@ -69,6 +69,8 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         scaler.load_state_dict(resumed["reward_scaler"])
     actor = LocalActor(envs, agent, seed=cfg.seed + update, device=device, reward_scaler=scaler)
     actor.set_policy_version(update)
+    tuners = thread_tuners(cfg, device, resumed.get("threads"), "learner step", "acting step")
+    learner.threads, actor.loop.threads = tuners.get("learner step"), tuners.get("acting step")
     tracker = EpisodeTracker(window=100)
     if resumed.get("episodes"):
         tracker.load_state_dict(resumed["episodes"])
@@ -108,6 +110,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
                 logger.log_histogram(global_step, f"charts/{name}", values)
             if update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
                 extra = {"update": update, "episodes": tracker.state_dict()}
+                extra["threads"] = {name: t.state_dict() for name, t in tuners.items()}
                 if scaler is not None:
                     extra["reward_scaler"] = scaler.state_dict()
                 run.save(global_step, agent, learner, spaces, extra=extra)
