@@ -198,3 +198,78 @@ def _signature(leaf: Any) -> Any:
     if isinstance(leaf, torch.Tensor):
         return (tuple(leaf.shape), leaf.dtype, leaf.device)
     return leaf
+
+
+class AutoCompile:
+    """``compile=auto``: compile when the run is long enough to pay the compilation back.
+
+    The first ``measure`` updates run eager and are timed (``after_update`` gets the seconds
+    each one's compilable work took: learner steps and acting steps). With U updates left, the
+    compiled path saves about U x t x (1 - 1/``speedup``) over an eager update of t seconds;
+    the tuner compiles (``enable``) when that exceeds ``compile_seconds``, else stays eager.
+    A compiled choice is then checked: the first compiled update pays the compilation and is
+    skipped, the next one is timed, and unless it is at least 5 % faster than eager the
+    tuner goes back (``disable``). Every decision is reported once, with its figures.
+    """
+
+    def __init__(
+        self,
+        updates_left: int,
+        *,
+        enable: Callable[[], Any],
+        disable: Callable[[], Any],
+        report: Callable[[str], Any] | None = None,
+        measure: int = 2,
+        speedup: float = 1.5,
+        compile_seconds: float = 60.0,
+    ) -> None:
+        self.updates_left, self.enable, self.disable = updates_left, enable, disable
+        self.report = report or (lambda line: None)
+        self.measure, self.speedup, self.compile_seconds = measure, speedup, compile_seconds
+        self.eager: list[float] = []
+        self.compiled_updates = 0
+        self.choice: str | None = None  # None while measuring; then "compiled" or "eager"
+
+    def restore(self, choice: str | None) -> None:
+        """Apply a checkpoint's choice (``compiled`` / ``eager``) without measuring again."""
+        if choice in ("compiled", "eager"):
+            self.choice, self.compiled_updates = choice, 2  # checked when it was chosen
+            if choice == "compiled":
+                self.enable()
+
+    def after_update(self, seconds: float) -> None:
+        """Account one finished update whose compilable work took ``seconds``."""
+        self.updates_left -= 1
+        if self.choice == "eager" or (self.choice == "compiled" and self.compiled_updates > 1):
+            return
+        if self.choice is None:
+            self.eager.append(seconds)
+            if len(self.eager) < self.measure and self.updates_left > 0:
+                return
+            t = min(self.eager)
+            saving = self.updates_left * t * (1.0 - 1.0 / self.speedup)
+            figures = (
+                f"{self.updates_left} updates left x {t:.2f} s eager, ~{self.speedup}x faster "
+                f"compiled: saves ~{saving:.0f} s against ~{self.compile_seconds:.0f} s of "
+                f"compilation"
+            )
+            if saving > self.compile_seconds:
+                self.choice = "compiled"
+                self.report(f"compile=auto: compiling ({figures})")
+                self.enable()
+            else:
+                self.choice = "eager"
+                self.report(f"compile=auto: staying eager ({figures})")
+            return
+        self.compiled_updates += 1  # choice == "compiled"
+        if self.compiled_updates == 2:  # the first one compiled; this one runs compiled code
+            eager = min(self.eager)
+            if seconds > 0.95 * eager:
+                self.choice = "eager"
+                self.disable()
+                self.report(
+                    f"compile=auto: back to eager (a compiled update took {seconds:.2f} s "
+                    f"against {eager:.2f} s eager)"
+                )
+            else:
+                self.report(f"compile=auto: compiled updates run {eager / seconds:.2f}x faster")

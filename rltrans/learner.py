@@ -72,6 +72,16 @@ class Learner:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype is None)
         self.device_type = device.type
         self.threads: ThreadTuner | None = None  # torch_threads=auto: times each gradient step
+        # The loss a subclass trains through (use_compiled switches eager / compiled).
+        self.eager_loss: Any = None
+        self.compiled_loss: Any = None
+
+    def use_compiled(self, on: bool) -> None:
+        """Train through the compiled loss (``torch.compile`` of :attr:`eager_loss`, forward
+        and backward, compiled at its first call and kept) or the eager one."""
+        if on and self.compiled_loss is None:
+            self.compiled_loss = compiled(self.eager_loss)
+        self.loss = self.compiled_loss if on else self.eager_loss
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Mixed-precision context for the forward pass (a no-op on CPU or with amp off)."""
@@ -151,7 +161,8 @@ class PPOLearner(Learner):
         # torch.compile of the minibatch loss, forward and backward (one graph each): fused
         # element-wise kernels instead of thousands of small ops; compiled at the first
         # minibatch (tens of seconds on CPU), reused for every later one (fixed shapes).
-        self.loss = compiled(self.minibatch_loss) if compile else self.minibatch_loss
+        self.eager_loss = self.minibatch_loss
+        self.use_compiled(compile)
         self.epochs = ppo["epochs"]
         self.num_minibatches = ppo["num_minibatches"]
         self.target_kl = ppo.get("target_kl")
@@ -269,7 +280,8 @@ class ImpalaLearner(Learner):
             "min_advantage_std": impala.get("min_advantage_std", 0.0),
             "clip_coef": impala.get("clip_coef"),
         }
-        self.loss = compiled(self.batch_loss) if compile else self.batch_loss
+        self.eager_loss = self.batch_loss
+        self.use_compiled(compile)
         self.epochs = int(impala.get("epochs", 1))
         self.num_minibatches = int(impala.get("num_minibatches", 1))
         self.distributions: dict[str, Tensor] = {}

@@ -43,6 +43,7 @@ from rltrans.checkpoint import (
     restore_rng_state,
     rng_state,
 )
+from rltrans.compiling import AutoCompile
 from rltrans.config import ConfigError, to_container
 from rltrans.distributed import World
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
@@ -94,6 +95,34 @@ def thread_tuners(
         if name in tuners:
             tuners[name].load_state_dict(state)
     return tuners
+
+
+def compile_choice(
+    cfg: DictConfig, learner: Any, agent: Any, updates_left: int, saved: str | None = None
+) -> AutoCompile | None:
+    """What ``compile`` asks of an online trainer: ``true`` compiles the learner's loss and
+    the agent's acting step now (said on stderr); ``auto`` returns an :class:`AutoCompile`
+    that decides after the first updates (or applies a checkpoint's ``saved`` choice);
+    ``false`` returns None."""
+
+    def report(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def enable() -> str:
+        learner.use_compiled(True)
+        return "the loss and the acting step" if agent.compile_step() else "the loss"
+
+    def disable() -> None:
+        learner.use_compiled(False)
+        agent.compiled_act = None
+
+    if cfg.compile == "auto":
+        chooser = AutoCompile(updates_left, enable=enable, disable=disable, report=report)
+        chooser.restore(saved)
+        return chooser
+    if cfg.compile:
+        report(f"compile=true: the first update compiles {enable()} (~15-60 s)")
+    return None
 
 
 def seed_everything(seed: int) -> None:
@@ -467,6 +496,7 @@ def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
 __all__ = [
     "RESUMABLE_KEYS",
     "Run",
+    "compile_choice",
     "load_checkpoint",
     "payload_spaces",
     "resume_config",

@@ -94,6 +94,7 @@ def _train_specs() -> dict[str, Spec]:
         "checkpoint_every": POSITIVE,
         "keep_checkpoints": POSITIVE,  # CheckpointManager needs keep_last >= 1
         "torch_threads": replace(integer(0), default_words=("auto",)),
+        "compile": replace(BOOL, default_words=("auto",)),
         # agent
         "agent.kind": choice(registered_agents()),
         "agent.backbone@memory": choice(BACKBONES),

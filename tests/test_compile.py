@@ -11,7 +11,8 @@ from torch import nn
 import rltrans.compiling
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.compiling import AheadOfTime, _load, _package_path
+from rltrans.checkpoint import load_checkpoint
+from rltrans.compiling import AheadOfTime, AutoCompile, _load, _package_path
 from rltrans.config import load_config
 from rltrans.envs import make_env
 from rltrans.learner import PPOLearner
@@ -213,3 +214,64 @@ def test_compile_true_trains_from_the_command_line(tmp_path, capsys):
     assert train_main(args) == 0
     summary = summary_line(capsys.readouterr().out)
     assert summary["status"] == "finished" and summary["global_step"] == 128
+
+
+def choose(eager: list[float], compiled: list[float], updates: int, **kw):
+    """Drive an AutoCompile over ``updates`` updates: eager seconds while it is eager, then
+    ``compiled`` seconds (the first one is the compiling update); returns it and the log."""
+    calls, lines = [], []
+    chooser = AutoCompile(
+        updates,
+        enable=lambda: calls.append("enable"),
+        disable=lambda: calls.append("disable"),
+        report=lines.append,
+        **kw,
+    )
+    eager_times, compiled_times = iter(eager), iter(compiled)
+    for _ in range(updates):
+        on = calls.count("enable") > calls.count("disable")
+        chooser.after_update(next(compiled_times) if on else next(eager_times))
+    return chooser, calls, lines
+
+
+def test_auto_compile_stays_eager_when_the_run_is_too_short():
+    # 100 updates of 1 s: 98 left x 1 s x (1 - 1/1.5) = 33 s saved < 60 s of compiling.
+    chooser, calls, lines = choose([1.0] * 100, [], 100)
+    assert chooser.choice == "eager" and calls == []
+    assert lines == [
+        "compile=auto: staying eager (98 updates left x 1.00 s eager, ~1.5x faster compiled:"
+        " saves ~33 s against ~60 s of compilation)"
+    ]
+
+
+def test_auto_compile_compiles_a_long_run_and_keeps_it_when_faster():
+    # 1,000 updates: 998 x 1 s / 3 = 333 s > 60 s; the compiled updates take 0.6 s (after the
+    # 40 s compiling one), 1.67x faster.
+    chooser, calls, lines = choose([1.2, 1.0], [40.0] + [0.6] * 998, 1000)
+    assert chooser.choice == "compiled" and calls == ["enable"]
+    assert lines[0].startswith("compile=auto: compiling (998 updates left x 1.00 s eager")
+    assert lines[1] == "compile=auto: compiled updates run 1.67x faster" and len(lines) == 2
+
+
+def test_auto_compile_goes_back_to_eager_when_compiled_is_not_faster():
+    chooser, calls, lines = choose([1.0, 1.0] + [1.0] * 996, [40.0, 0.97], 1000)
+    assert chooser.choice == "eager" and calls == ["enable", "disable"]
+    assert lines[1] == (
+        "compile=auto: back to eager (a compiled update took 0.97 s against 1.00 s eager)"
+    )
+
+
+def test_auto_compile_restores_a_checkpoint_choice_without_measuring():
+    calls = []
+    chooser = AutoCompile(50, enable=lambda: calls.append("enable"), disable=lambda: None)
+    chooser.restore("compiled")
+    for _ in range(5):
+        chooser.after_update(100.0)  # no check against eager times it never measured
+    assert chooser.choice == "compiled" and calls == ["enable"]
+
+
+def test_compile_auto_is_the_default_and_a_short_run_stays_eager(tmp_path, capsys):
+    args = [*TINY, "total_steps=256", f"run_dir={tmp_path}"]
+    assert train_main(args) == 0
+    assert "compile=auto: staying eager" in capsys.readouterr().err
+    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["compile"] == "eager"

@@ -21,7 +21,6 @@ K x B rollouts. Rank 0 writes the checkpoints (with every rank's reward scalers)
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,7 +34,7 @@ from rltrans.envs import make_env
 from rltrans.learner import ImpalaLearner, NonFiniteLossError
 from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
 from rltrans.registry import build_agent
-from rltrans.run import Run, seed_everything, thread_tuners
+from rltrans.run import Run, compile_choice, seed_everything, thread_tuners
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
 from rltrans.trainers.ppo import run_name
@@ -114,14 +113,11 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         anneal_lr=algo.anneal_lr,
         max_grad_norm=algo.max_grad_norm,
         amp=algo.amp,
-        compile=cfg.compile,
     )
-    if cfg.compile:
-        what = "the IMPALA loss and the acting step" if agent.compile_step() else "the loss"
-        print(f"compile=true: the first update compiles {what} (~15-60 s)", file=sys.stderr)
     global_step = run.resume(agent, learner, spaces)
     resumed = run.resumed_payload or {}
     update = int(resumed.get("update", 0))
+    chooser = compile_choice(cfg, learner, agent, total_updates - update, resumed.get("compile"))
     dropped = int(resumed.get("dropped", 0))
     actors = cfg.runtime.num_actors
     # Learner processes: the same weights everywhere, other actors (seeds) on each.
@@ -194,6 +190,8 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
             update += 1
             pool.publish(agent.state_dict(), update)
             stats = pool.stats()
+            if chooser is not None:  # the learner's work, and acting where it runs here
+                chooser.after_update(learn_s + (stats.get("act_ms", 0.0) / 1e3 if local else 0.0))
             sps = (global_step - start_step) / (time.perf_counter() - start)
             logger.log(
                 global_step,
@@ -220,6 +218,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
                     "episodes": tracker.state_dict(),
                     "dropped": dropped,
                     "threads": {name: t.state_dict() for name, t in tuners.items()},
+                    "compile": chooser.choice if chooser is not None else None,
                 }
                 if scalers is not None:
                     states = distributed.gather_objects([s.state_dict() for s in scalers])

@@ -12,7 +12,6 @@ The pieces live in modules: the run context (:mod:`rltrans.run`), envs
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +24,7 @@ from rltrans.envs import make_env
 from rltrans.learner import NonFiniteLossError, PPOLearner
 from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
 from rltrans.registry import build_agent
-from rltrans.run import Run, thread_tuners
+from rltrans.run import Run, compile_choice, thread_tuners
 from rltrans.runtime.actors import LocalActor, RewardScaler
 
 
@@ -54,14 +53,11 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         anneal_lr=algo.anneal_lr,
         max_grad_norm=algo.max_grad_norm,
         amp=algo.amp,
-        compile=cfg.compile,
     )
-    if cfg.compile:
-        what = "the PPO loss and the acting step" if agent.compile_step() else "the PPO loss"
-        print(f"compile=true: the first update compiles {what} (~15-60 s)", file=sys.stderr)
     global_step = run.resume(agent, learner, spaces)
     resumed = run.resumed_payload or {}
     update = int(resumed.get("update", 0))
+    chooser = compile_choice(cfg, learner, agent, total_updates - update, resumed.get("compile"))
 
     buffer = RolloutBuffer(algo.num_steps, envs.num_envs, algo.segment_length, device)
     scaler = RewardScaler(envs.num_envs, algo.gamma, device) if algo.reward_scaling else None
@@ -94,6 +90,8 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             update += 1
             actor.set_policy_version(update)
             timings = actor.pop_timings()
+            if chooser is not None:
+                chooser.after_update(learn_s + timings["act"])
             sps = (global_step - start_step) / (time.perf_counter() - start)
             logger.log(
                 global_step,
@@ -111,6 +109,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             if update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
                 extra = {"update": update, "episodes": tracker.state_dict()}
                 extra["threads"] = {name: t.state_dict() for name, t in tuners.items()}
+                extra["compile"] = chooser.choice if chooser is not None else None
                 if scaler is not None:
                     extra["reward_scaler"] = scaler.state_dict()
                 run.save(global_step, agent, learner, spaces, extra=extra)
