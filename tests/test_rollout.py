@@ -96,9 +96,13 @@ def test_memory_is_stored_once_per_segment():
 
 def test_segments_reassemble_the_rollout():
     buffer = RolloutBuffer(6, 2, 3, "cpu")
-    values = torch.arange(12.0).view(6, 2)  # value = 2 t + n
-    segs = buffer._segments(values)
-    assert segs.tolist() == [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11]]
+    for t in range(6):
+        if t % 3 == 0:
+            buffer.record_memory(t, torch.zeros(2, 1))
+        step = torch.tensor([2.0 * t, 2.0 * t + 1])  # value = 2 t + n
+        buffer.record_step(t, step, torch.zeros(2, dtype=torch.bool), step, step, step)
+    (batch,) = buffer.minibatches(1)
+    assert sorted(batch.values.tolist()) == [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11]]
     with pytest.raises(ValueError, match="multiple of segment_length"):
         RolloutBuffer(10, 2, 4, "cpu")
 

@@ -74,12 +74,6 @@ class RolloutBuffer:
             self.rewards, self.values, next_values, self.terminated, self.truncated, gamma, lam
         )
 
-    def _segments(self, x: Tensor) -> Tensor:
-        """(T, N, ...) -> (T/L * N, L, ...): segment-major, each of L consecutive steps."""
-        k, length = self.num_steps // self.segment_length, self.segment_length
-        x = x.reshape(k, length, self.num_envs, *x.shape[2:]).transpose(1, 2)  # (K, N, L, ...)
-        return x.reshape(k * self.num_envs, length, *x.shape[3:])
-
     def minibatches(
         self, num_minibatches: int, generator: torch.Generator | None = None
     ) -> Iterator[PPOBatch]:
@@ -87,25 +81,28 @@ class RolloutBuffer:
         count = self.num_envs * self.num_steps // self.segment_length
         if not 1 <= num_minibatches <= count:
             raise ValueError(f"num_minibatches={num_minibatches} must be in [1, {count} segments]")
-        obs = tree_map(self._segments, self.obs)
         memory = tree_map(lambda m: m.flatten(0, 1), tree_stack(self.memories))  # (K*N, ...)
-        fields = [self.actions, self.starts, self.log_probs, self.values]
-        actions, starts, log_probs, values = (self._segments(f) for f in fields)
-        advantages, returns = self._segments(self.advantages), self._segments(self.returns)
         gen_device = generator.device if generator is not None else "cpu"
         order = torch.randperm(count, generator=generator, device=gen_device).to(self.device)
+        steps = torch.arange(self.segment_length, device=self.device)
         for idx in order.tensor_split(num_minibatches):
+            # Segment s = k * N + n holds steps k*L .. k*L + L - 1 of env n (segments
+            # ordered segment-major): index the (T, N, ...) storage directly, so a minibatch copies
+            # only its own steps (images stay uint8; no segment-major copy of the rollout).
+            t = (idx // self.num_envs)[:, None] * self.segment_length + steps  # (B, L)
+            n = (idx % self.num_envs)[:, None]  # (B, 1)
+            starts = self.starts[t, n]
             segment = Segment(
-                obs=tree_map(lambda x, i=idx: x[i], obs),
-                actions=actions[idx],
-                starts=starts[idx],
+                obs=tree_map(lambda x, t=t, n=n: x[t, n], self.obs),
+                actions=self.actions[t, n],
+                starts=starts,
                 memory=tree_map(lambda m, i=idx: m[i], memory),
             )
             yield PPOBatch(
                 segment=segment,
-                log_probs=log_probs[idx],
-                values=values[idx],
-                advantages=advantages[idx],
-                returns=returns[idx],
-                mask=torch.ones_like(starts[idx]),
+                log_probs=self.log_probs[t, n],
+                values=self.values[t, n],
+                advantages=self.advantages[t, n],
+                returns=self.returns[t, n],
+                mask=torch.ones_like(starts),
             )
