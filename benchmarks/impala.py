@@ -134,7 +134,7 @@ def main() -> None:
 
     ppo = med("ppo", "sps")
     head = (
-        f"{'row':<20} {'SPS':>7} {'x local':>8} {'x ppo':>6} {'env ms':>7} {'act ms':>7}"
+        f"{'row':<26} {'SPS':>7} {'x local':>8} {'x ppo':>6} {'env ms':>7} {'act ms':>7}"
         f" {'learn ms':>8} {'wait ms':>8} {'lag':>5} {'whole-run SPS':>13}"
     )
     print("\n" + head + "\n" + "-" * len(head))
@@ -145,7 +145,7 @@ def main() -> None:
             f"{med(name, k):>{w}.1f}" for k, w in zip(SPLIT, (7, 7, 8, 8), strict=True)
         )
         print(
-            f"{name:<20} {sps:>7.0f} {sps / local:>8.2f} {sps / ppo:>6.2f} {split}"
+            f"{name:<26} {sps:>7.0f} {sps / local:>8.2f} {sps / ppo:>6.2f} {split}"
             f" {med(name, 'lag'):>5.2f} {med(name, 'summary_sps'):>13.0f}"
         )
     print(
