@@ -78,6 +78,8 @@ def main() -> None:
             results[name] = row
             print(
                 f"  {name}: {row['sps']:.1f} SPS timed, peak RSS {row['peak_rss_mb']:.0f} MB",
+                *(f"\n    {note}" for note in summary["notes"]),
+                sep="",
                 flush=True,
             )
 

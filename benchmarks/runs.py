@@ -39,7 +39,8 @@ def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
 
 def train(args: list[str], threads: int | None, timeout: float) -> dict:
     """``python -m rltrans.train *args`` in a subprocess: its JSON summary line plus
-    ``peak_rss_mb``, the training process's peak resident memory (actor processes excluded).
+    ``peak_rss_mb``, the training process's peak resident memory (actor processes excluded),
+    and ``notes``, the lines in which its ``auto`` choices reported themselves.
     ``threads`` sets OMP_NUM_THREADS (None: unset, so ``torch_threads=auto`` sees every core)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
@@ -57,7 +58,9 @@ def train(args: list[str], threads: int | None, timeout: float) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{args}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return {**lines[-2], **lines[-1]}
+    auto = ("torch_threads=auto", "compile=auto")  # what the run's auto choices reported
+    notes = [line for line in proc.stderr.splitlines() if line.startswith(auto)]
+    return {**lines[-2], **lines[-1], "notes": notes}
 
 
 def timed(run: Path, warmup: int, split: tuple[str, ...]) -> dict[str, float]:

@@ -342,7 +342,7 @@ def test_gtrxl_solves_the_tmaze_30_within_1m_steps(tmp_path, capsys):
     agent stays at chance (0.5) here, so only a memory that carries the cue 30 steps passes."""
     start = time.perf_counter()
     args = ["agent=gtrxl", "algo=impala", "runtime=process", "env=tmaze", "env.kwargs.length=30"]
-    args += ["total_steps=1000000", "seed=2", "progress=false", f"run_dir={tmp_path}"]
+    args += ["total_steps=1000000", "seed=1", "progress=false", f"run_dir={tmp_path}"]
     assert train_main(args) == 0
     summary = summary_line(capsys.readouterr().out)
     success = scalars(tmp_path)["charts/success_rate"]
