@@ -208,8 +208,9 @@ class AutoCompile:
     compiled path saves about U x t x (1 - 1/``speedup``) over an eager update of t seconds;
     the tuner compiles (``enable``) when that exceeds ``compile_seconds``, else stays eager.
     A compiled choice is then checked: the first compiled update pays the compilation and is
-    skipped, the next one is timed, and unless it is at least 5 % faster than eager the
-    tuner goes back (``disable``). Every decision is reported once, with its figures.
+    skipped, the next ``measure`` are timed, and unless the fastest is at least 5 % faster
+    than the fastest eager one the tuner goes back (``disable``). Every decision is reported
+    once, with its figures.
     """
 
     def __init__(
@@ -227,20 +228,22 @@ class AutoCompile:
         self.report = report or (lambda line: None)
         self.measure, self.speedup, self.compile_seconds = measure, speedup, compile_seconds
         self.eager: list[float] = []
+        self.compiled: list[float] = []
         self.compiled_updates = 0
         self.choice: str | None = None  # None while measuring; then "compiled" or "eager"
 
     def restore(self, choice: str | None) -> None:
         """Apply a checkpoint's choice (``compiled`` / ``eager``) without measuring again."""
         if choice in ("compiled", "eager"):
-            self.choice, self.compiled_updates = choice, 2  # checked when it was chosen
+            self.choice = choice
+            self.compiled_updates = self.measure + 2  # checked when it was chosen
             if choice == "compiled":
                 self.enable()
 
     def after_update(self, seconds: float) -> None:
         """Account one finished update whose compilable work took ``seconds``."""
         self.updates_left -= 1
-        if self.choice == "eager" or (self.choice == "compiled" and self.compiled_updates > 1):
+        if self.choice == "eager" or self.compiled_updates > self.measure + 1:
             return
         if self.choice is None:
             self.eager.append(seconds)
@@ -261,15 +264,18 @@ class AutoCompile:
                 self.choice = "eager"
                 self.report(f"compile=auto: staying eager ({figures})")
             return
-        self.compiled_updates += 1  # choice == "compiled"
-        if self.compiled_updates == 2:  # the first one compiled; this one runs compiled code
-            eager = min(self.eager)
-            if seconds > 0.95 * eager:
+        self.compiled_updates += 1  # choice == "compiled"; the first one compiled
+        if self.compiled_updates > 1:
+            self.compiled.append(seconds)
+        if len(self.compiled) == self.measure:  # as many compiled updates as eager ones
+            eager, fast = min(self.eager), min(self.compiled)
+            self.compiled_updates = self.measure + 2  # checked: nothing more to time
+            if fast > 0.95 * eager:
                 self.choice = "eager"
                 self.disable()
                 self.report(
-                    f"compile=auto: back to eager (a compiled update took {seconds:.2f} s "
+                    f"compile=auto: back to eager (compiled updates took {fast:.2f} s "
                     f"against {eager:.2f} s eager)"
                 )
             else:
-                self.report(f"compile=auto: compiled updates run {eager / seconds:.2f}x faster")
+                self.report(f"compile=auto: compiled updates run {eager / fast:.2f}x faster")

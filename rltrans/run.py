@@ -25,7 +25,7 @@ import random
 import secrets
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -105,9 +105,6 @@ def compile_choice(
     that decides after the first updates (or applies a checkpoint's ``saved`` choice);
     ``false`` returns None."""
 
-    def report(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     def enable() -> str:
         learner.use_compiled(True)
         return "the loss and the acting step" if agent.compile_step() else "the loss"
@@ -116,8 +113,30 @@ def compile_choice(
         learner.use_compiled(False)
         agent.compiled_act = None
 
+    return choose_compile(cfg, updates_left, saved, enable=enable, disable=disable)
+
+
+def choose_compile(
+    cfg: DictConfig,
+    updates_left: int,
+    saved: str | None,
+    *,
+    enable: Callable[[], str],
+    disable: Callable[[], Any],
+    measure: int = 2,
+) -> AutoCompile | None:
+    """``compile`` for any trainer: ``true`` calls ``enable`` now (it returns what it
+    compiles, said on stderr), ``auto`` returns an :class:`AutoCompile` over ``updates_left``
+    updates that times the first ``measure`` (or applies a checkpoint's ``saved`` choice),
+    ``false`` returns None."""
+
+    def report(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
     if cfg.compile == "auto":
-        chooser = AutoCompile(updates_left, enable=enable, disable=disable, report=report)
+        chooser = AutoCompile(
+            updates_left, enable=enable, disable=disable, report=report, measure=measure
+        )
         chooser.restore(saved)
         return chooser
     if cfg.compile:
@@ -496,6 +515,7 @@ def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
 __all__ = [
     "RESUMABLE_KEYS",
     "Run",
+    "choose_compile",
     "compile_choice",
     "load_checkpoint",
     "payload_spaces",

@@ -117,6 +117,18 @@ def test_train_evaluate_and_load_policy(agent, mixed, tmp_path, capsys):
     assert collected["env_id"] == "CartPole-v1" and collected["episodes"] == 2
 
 
+def test_offline_compile_true_and_auto(mixed, tmp_path, capsys):
+    """compile=true trains the DT through the compiled loss; compile=auto (the default) stays
+    eager in a run too short to pay for it and says so."""
+    args = ["agent=dt", "dataset=rltrans/cp-mixed-v0", *TINY["dt"], *COMMON, "train_steps=4"]
+    assert train_main([*args, "compile=true", f"run_dir={tmp_path / 'true'}"]) == 0
+    assert summary_line(capsys.readouterr().out)["status"] == "finished"
+    assert train_main([*args, f"run_dir={tmp_path / 'auto'}"]) == 0
+    assert "compile=auto: staying eager (0 updates left" in capsys.readouterr().err
+    payload = load_checkpoint(tmp_path / "auto" / "checkpoints" / "last.pt")
+    assert payload["compile"] == "eager"
+
+
 def _tensorboard_tags(run) -> set[str]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

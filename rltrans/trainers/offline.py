@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rltrans.buffers.trajectory import TrajectoryBuffer
+from rltrans.compiling import compiled
 from rltrans.config import ConfigError, to_container
 from rltrans.envs import make_env
 from rltrans.envs.offline import (
@@ -37,7 +38,7 @@ from rltrans.envs.offline import (
 from rltrans.learner import Learner, NonFiniteLossError
 from rltrans.logging import MetricLogger, ProgressBar
 from rltrans.registry import agent_entry, build_agent
-from rltrans.run import Run, thread_tuners
+from rltrans.run import Run, choose_compile, thread_tuners
 from rltrans.runtime.evaluation import TargetResult, evaluate_targets
 from rltrans.spaces import check_same_spaces
 from rltrans.threads import tuned
@@ -212,9 +213,25 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
     step = run.resume(agent, learner, spaces)
     if run.resumed_payload is not None:
         sampler.bit_generator.state = json.loads(run.resumed_payload["sampler_rng"])
-    saved_threads = (run.resumed_payload or {}).get("threads")
-    tuners = thread_tuners(cfg, device, saved_threads, "learner step")
+    saved = run.resumed_payload or {}
+    tuners = thread_tuners(cfg, device, saved.get("threads"), "learner step")
     learner.threads = tuners.get("learner step")
+    # compile: the agent's loss (forward and backward) through torch.compile; auto decides
+    # from the first 20 gradient steps (an "update" is one step here).
+    losses: dict[str, Any] = {"eager": agent.loss, "compiled": None, "current": agent.loss}
+
+    def enable() -> str:
+        if losses["compiled"] is None:
+            losses["compiled"] = compiled(agent.loss)
+        losses["current"] = losses["compiled"]
+        return "the training step's loss"
+
+    def disable() -> None:
+        losses["current"] = losses["eager"]
+
+    chooser = choose_compile(
+        cfg, train_steps - step, saved.get("compile"), enable=enable, disable=disable, measure=20
+    )
 
     # Events logged after the checkpoint by an interrupted process are hidden (those AT its
     # step were logged before it was written, so they stay).
@@ -239,9 +256,10 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
             logger.log(step, eval_metrics(found))
         sampler_state = json.dumps(sampler.bit_generator.state)  # ints too wide for tensors
         threads = {name: t.state_dict() for name, t in tuners.items()}
+        choice = chooser.choice if chooser is not None else None
         run.save(
             step, agent, learner, spaces,
-            extra={**extra, "sampler_rng": sampler_state, "threads": threads},
+            extra={**extra, "sampler_rng": sampler_state, "threads": threads, "compile": choice},
         )  # fmt: skip
         return found
 
@@ -253,10 +271,12 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
             t1 = time.perf_counter()
             with tuned(learner.threads):
                 with learner.autocast():
-                    loss, metrics = agent.loss(batch)
+                    loss, metrics = losses["current"](batch)
                 metrics["grad_norm"] = learner.step(loss)
             learner.end_update()  # the lr schedule counts gradient steps
             t2 = time.perf_counter()
+            if chooser is not None:
+                chooser.after_update(t2 - t1)
             sample_s, learn_s, train_s = sample_s + t1 - t0, learn_s + t2 - t1, train_s + t2 - t0
             for k, v in metrics.items():  # 0-d tensors: no host sync per step
                 totals[k] = totals.get(k, 0.0) + v.detach().float()
