@@ -19,6 +19,7 @@ from rltrans.learner import PPOLearner
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
+from tests.agents.test_dt import BOX, DISCRETE, make_dt, random_batch
 from tests.agents.test_memory_agent import PPO
 from tests.test_train import TINY, summary_line
 
@@ -275,3 +276,23 @@ def test_compile_auto_is_the_default_and_a_short_run_stays_eager(tmp_path, capsy
     assert train_main(args) == 0
     assert "compile=auto: staying eager" in capsys.readouterr().err
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["compile"] == "eager"
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_compiled_dt_loss_equals_eager(continuous):
+    """compile for offline training: the compiled Decision Transformer loss and its gradients
+    equal the eager ones on a padded batch."""
+    space = BOX if continuous else DISCRETE
+    eager_model = make_dt(space)
+    fast_model = copy.deepcopy(eager_model)
+    batch = random_batch(space, pad=2)
+    loss, metrics = eager_model.loss(batch)
+    loss.backward()
+    fast_loss, fast_metrics = rltrans.compiling.compiled(fast_model.loss)(batch)
+    fast_loss.backward()
+    torch.testing.assert_close(fast_loss, loss, rtol=1e-5, atol=1e-6)
+    for k in metrics:
+        torch.testing.assert_close(fast_metrics[k], metrics[k], rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(eager_model.named_parameters(), fast_model.parameters(), strict=True):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
