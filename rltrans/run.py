@@ -78,6 +78,11 @@ def select_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _report(line: str) -> None:
+    """A line for the user on stderr (what an ``auto`` choice decided)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def thread_tuners(
     cfg: DictConfig, device: torch.device, saved: dict[str, Any] | None = None, *names: str
 ) -> dict[str, ThreadTuner]:
@@ -87,10 +92,7 @@ def thread_tuners(
     if cfg.get("torch_threads") != AUTO or device.type != "cpu":
         return {}
 
-    def report(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    tuners = {name: ThreadTuner(name, report=report) for name in names}
+    tuners = {name: ThreadTuner(name, report=_report) for name in names}
     for name, state in (saved or {}).items():
         if name in tuners:
             tuners[name].load_state_dict(state)
@@ -130,17 +132,14 @@ def choose_compile(
     updates that times the first ``measure`` (or applies a checkpoint's ``saved`` choice),
     ``false`` returns None."""
 
-    def report(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     if cfg.compile == "auto":
         chooser = AutoCompile(
-            updates_left, enable=enable, disable=disable, report=report, measure=measure
+            updates_left, enable=enable, disable=disable, report=_report, measure=measure
         )
         chooser.restore(saved)
         return chooser
     if cfg.compile:
-        report(f"compile=true: the first update compiles {enable()} (~15-60 s)")
+        _report(f"compile=true: the first update compiles {enable()} (~15-60 s)")
     return None
 
 
