@@ -229,21 +229,22 @@ class AutoCompile:
         self.measure, self.speedup, self.compile_seconds = measure, speedup, compile_seconds
         self.eager: list[float] = []
         self.compiled: list[float] = []
-        self.compiled_updates = 0
+        self.compiling = True  # the first compiled update compiles: not timed
+        self.checked = False  # the compiled choice was compared with eager (or restored)
         self.choice: str | None = None  # None while measuring; then "compiled" or "eager"
 
     def restore(self, choice: str | None) -> None:
         """Apply a checkpoint's choice (``compiled`` / ``eager``) without measuring again."""
         if choice in ("compiled", "eager"):
             self.choice = choice
-            self.compiled_updates = self.measure + 2  # checked when it was chosen
+            self.checked = True  # it was checked when it was chosen
             if choice == "compiled":
                 self.enable()
 
     def after_update(self, seconds: float) -> None:
         """Account one finished update whose compilable work took ``seconds``."""
         self.updates_left -= 1
-        if self.choice == "eager" or self.compiled_updates > self.measure + 1:
+        if self.choice == "eager" or self.checked:
             return
         if self.choice is None:
             self.eager.append(seconds)
@@ -264,12 +265,13 @@ class AutoCompile:
                 self.choice = "eager"
                 self.report(f"compile=auto: staying eager ({figures})")
             return
-        self.compiled_updates += 1  # choice == "compiled"; the first one compiled
-        if self.compiled_updates > 1:
-            self.compiled.append(seconds)
+        if self.compiling:  # choice == "compiled"; this update paid the compilation
+            self.compiling = False
+            return
+        self.compiled.append(seconds)
         if len(self.compiled) == self.measure:  # as many compiled updates as eager ones
             eager, fast = min(self.eager), min(self.compiled)
-            self.compiled_updates = self.measure + 2  # checked: nothing more to time
+            self.checked = True
             if fast > 0.95 * eager:
                 self.choice = "eager"
                 self.disable()

@@ -89,11 +89,6 @@ class ThreadTuner:
         self._current: int | None = None
         self._start = 0.0
 
-    @classmethod
-    def fixed(cls, name: str, threads: int) -> ThreadTuner:
-        """A tuner that always sets ``threads`` (a restored or user-given choice)."""
-        return cls(name, (max(1, int(threads)),))
-
     def __enter__(self) -> ThreadTuner:
         n = self.chosen if self.chosen is not None else self.counts[self._turn % len(self.counts)]
         if torch.get_num_threads() != n:
