@@ -81,7 +81,6 @@ class RolloutBuffer:
         count = self.num_envs * self.num_steps // self.segment_length
         if not 1 <= num_minibatches <= count:
             raise ValueError(f"num_minibatches={num_minibatches} must be in [1, {count} segments]")
-        memory = tree_map(lambda m: m.flatten(0, 1), tree_stack(self.memories))  # (K*N, ...)
         gen_device = generator.device if generator is not None else "cpu"
         order = torch.randperm(count, generator=generator, device=gen_device).to(self.device)
         steps = torch.arange(self.segment_length, device=self.device)
@@ -89,14 +88,22 @@ class RolloutBuffer:
             # Segment s = k * N + n holds steps k*L .. k*L + L - 1 of env n (segments
             # ordered segment-major): index the (T, N, ...) storage directly, so a minibatch copies
             # only its own steps (images stay uint8; no segment-major copy of the rollout).
-            t = (idx // self.num_envs)[:, None] * self.segment_length + steps  # (B, L)
-            n = (idx % self.num_envs)[:, None]  # (B, 1)
+            k, n = idx // self.num_envs, (idx % self.num_envs)[:, None]  # (B,), (B, 1)
+            t = k[:, None] * self.segment_length + steps  # (B, L)
             starts = self.starts[t, n]
+            # The minibatch's memories alone, gathered from the per-segment list (stacking the
+            # whole list first would copy every memory of the rollout once per epoch).
+            memory = tree_stack(
+                [
+                    tree_map(lambda m, e=e: m[e], self.memories[s])
+                    for s, e in zip(k.tolist(), n[:, 0].tolist(), strict=True)
+                ]
+            )
             segment = Segment(
                 obs=tree_map(lambda x, t=t, n=n: x[t, n], self.obs),
                 actions=self.actions[t, n],
                 starts=starts,
-                memory=tree_map(lambda m, i=idx: m[i], memory),
+                memory=memory,
             )
             yield PPOBatch(
                 segment=segment,
