@@ -9,6 +9,8 @@ returns metrics. :class:`Learner` is the generic part;
 from __future__ import annotations
 
 import contextlib
+import math
+from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 import torch
@@ -19,10 +21,10 @@ from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.compiling import compiled
 from rltrans.flat import FlatLayout, flatten, is_flat_state, to_flat_state, to_per_parameter_state
 from rltrans.losses.impala import impala_loss
-from rltrans.losses.ppo import ppo_loss
+from rltrans.losses.ppo import ppo_loss, standardize
 from rltrans.returns import next_values_from
 from rltrans.threads import ThreadTuner, tuned
-from rltrans.types import Aux, PPOBatch, Segment, tree_map, tree_stack
+from rltrans.types import Aux, PPOBatch, Segment, tree_leaves, tree_map, tree_stack
 
 
 class NonFiniteLossError(RuntimeError):
@@ -93,6 +95,12 @@ class Learner:
         """Backward, clip, optimizer step; returns the pre-clip gradient norm. Under
         ``torchrun`` the gradient is averaged over the learner processes before clipping (and
         a non-finite loss on any of them stops all of them at the same step)."""
+        self.backward(loss, first=True)
+        return self.apply_gradients()
+
+    def backward(self, loss: Tensor, *, first: bool) -> None:
+        """Check ``loss`` is finite, then add its gradient (``first`` zeroes them before): a
+        gradient step may sum several backward passes before :meth:`apply_gradients`."""
         finite = bool(torch.isfinite(loss))
         if not distributed.all_true(finite):
             where = "" if not finite else " on another learner process"
@@ -100,11 +108,16 @@ class Learner:
                 f"loss is {'non-finite' if finite else loss.item()}{where}; stopping before "
                 f"the weights change"
             )
-        if self.flat:
-            self.flat.zero_grad()
-        else:
-            self.optimizer.zero_grad(set_to_none=True)
+        if first:
+            if self.flat:
+                self.flat.zero_grad()
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
+
+    def apply_gradients(self) -> Tensor:
+        """Average over learner processes, clip and step on the summed gradients; returns the
+        pre-clip gradient norm."""
         if self.flat:
             self.flat.sync()  # every gradient landed in the flat buffer
         distributed.all_reduce_grads_(self.params)
@@ -151,6 +164,14 @@ class Learner:
             self.scaler.load_state_dict(state["scaler"])
 
 
+def _map_batch(fn: Any, batch: Any) -> Any:
+    """``tree_map`` that also enters dataclasses (PPOBatch, Segment) field by field."""
+    if is_dataclass(batch):
+        kids = {f.name: _map_batch(fn, getattr(batch, f.name)) for f in fields(batch)}
+        return type(batch)(**kids)
+    return tree_map(fn, batch)
+
+
 class PPOLearner(Learner):
     """PPO (Schulman et al. 2017): several epochs of shuffled minibatches of segments."""
 
@@ -166,10 +187,14 @@ class PPOLearner(Learner):
         self.epochs = ppo["epochs"]
         self.num_minibatches = ppo["num_minibatches"]
         self.target_kl = ppo.get("target_kl")
-        self.loss_kwargs = {
-            k: ppo[k]
-            for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef", "normalize_advantages")
-        }
+        # Advantages are standardised over the whole minibatch in update(), before any split.
+        self.normalize_advantages = ppo["normalize_advantages"]
+        self.loss_kwargs = {k: ppo[k] for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef")}
+        self.loss_kwargs["normalize_advantages"] = False
+        chunk_mb = ppo.get("chunk_obs_mb")
+        if chunk_mb is not None and not chunk_mb > 0:
+            raise ValueError(f"algo.chunk_obs_mb={chunk_mb} must be a positive number or null")
+        self.chunk_bytes = None if chunk_mb is None else float(chunk_mb) * 2**20
         # Per-token aux values of the last update, flattened (e.g. ponder steps), for histograms.
         self.distributions: dict[str, Tensor] = {}
 
@@ -202,6 +227,45 @@ class PPOLearner(Learner):
                 per_token[k] = v.detach()
         return loss, metrics, per_token
 
+    def parts(self, batch: PPOBatch) -> int:
+        """Into how many equal parts a minibatch of B segments is split: the fewest (a divisor
+        of B) whose observations, as float32, take at most ``algo.chunk_obs_mb`` each."""
+        size = batch.mask.shape[0]
+        if self.chunk_bytes is None or size == 1:
+            return 1
+        floats = sum(leaf.numel() for leaf in tree_leaves(batch.segment.obs))
+        need = min(size, max(1, math.ceil(4 * floats / self.chunk_bytes)))
+        return next(d for d in range(need, size + 1) if size % d == 0)
+
+    def accumulate(self, batch: PPOBatch) -> tuple[dict[str, Tensor], Aux]:
+        """Gradient of one minibatch's loss, summed into the parameters' gradients: in one
+        pass, or part by part (each part's loss weighted by its share of the valid steps, so
+        the sum is the whole minibatch's gradient, with only one part's activations alive at
+        a time). Returns the minibatch's metrics (the parts' means weighted alike; metrics
+        named ``*_max`` / ``*_min`` the extreme over the parts) and per-token aux values."""
+        count = self.parts(batch)
+        if count == 1:
+            loss, metrics, aux = self.loss(batch)
+            self.backward(loss, first=True)
+            return metrics, aux
+        total = batch.mask.sum().clamp_min(1)
+        metrics: dict[str, Tensor] = {}
+        pieces: dict[str, list[Tensor]] = {}
+        for i in range(count):
+            part = _map_batch(lambda x, i=i: x.tensor_split(count)[i], batch)
+            weight = part.mask.sum() / total
+            loss, part_metrics, aux = self.loss(part)
+            self.backward(loss * weight, first=i == 0)
+            for k, v in part_metrics.items():  # means over the part's steps -> over all
+                if k.endswith(("_max", "_min")):  # extremes (e.g. ACT's ponder_max) stay so
+                    pick = torch.maximum if k.endswith("_max") else torch.minimum
+                    metrics[k] = v if i == 0 else pick(metrics[k], v)
+                else:
+                    metrics[k] = metrics.get(k, 0.0) + v * weight
+            for k, v in aux.items():
+                pieces.setdefault(k, []).append(v)
+        return metrics, {k: torch.cat(v) for k, v in pieces.items()}
+
     def update(self, buffer: RolloutBuffer, generator: torch.Generator | None = None) -> dict:
         """Train on one rollout; returns mean metrics (0-d tensors, no host sync per batch).
 
@@ -216,9 +280,11 @@ class PPOLearner(Learner):
         for epoch in range(self.epochs):
             kls = []
             for batch in buffer.minibatches(self.num_minibatches, generator):
+                if self.normalize_advantages:
+                    batch = replace(batch, advantages=standardize(batch.advantages, batch.mask))
                 with tuned(self.threads):
-                    loss, metrics, aux = self.loss(batch)
-                    metrics["grad_norm"] = self.step(loss)
+                    metrics, aux = self.accumulate(batch)
+                    metrics["grad_norm"] = self.apply_gradients()
                 for k, v in aux.items():  # per-token aux values (e.g. ponder steps)
                     if epoch == 0:
                         pieces.setdefault(k, []).append(v.reshape(-1))

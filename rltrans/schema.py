@@ -136,6 +136,7 @@ def _train_specs() -> dict[str, Spec]:
         "algo.segment_length": POSITIVE,
         "algo.epochs": POSITIVE,
         "algo.num_minibatches": POSITIVE,
+        "algo.chunk_obs_mb": number(0.0, open_low=True, null=True),
         "algo.gamma": number(**unit, open_low=True),
         "algo.gae_lambda": number(**unit),
         "algo.clip_coef": number(0.0, open_low=True, null=True),

@@ -1,0 +1,68 @@
+"""PPO minibatches split into parts (algo.chunk_obs_mb): the same gradient step as one pass."""
+
+import copy
+
+import pytest
+import torch
+
+from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.envs.torch_envs import make_torch_env
+from rltrans.learner import PPOLearner
+from rltrans.runtime.actors import LocalActor
+from tests.test_rollout import PPO, small_agent
+
+
+def rollout(backbone: str) -> tuple[torch.nn.Module, RolloutBuffer]:
+    """An agent and a filled rollout of 6 envs x 24 steps (segments of 4: 36 segments)."""
+    torch.manual_seed(0)
+    envs = make_torch_env("stateless_cartpole", 6, max_episode_steps=13)
+    agent = small_agent(envs, backbone)
+    buffer = RolloutBuffer(24, 6, 4, "cpu")
+    actor = LocalActor(envs, agent, seed=0, device="cpu")
+    actor.collect(buffer)
+    buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
+    return agent, buffer
+
+
+@pytest.mark.parametrize("backbone", ["gtrxl", "universal", "lstm"])
+def test_parts_give_the_whole_minibatch_step(backbone):
+    """Two epochs of 2 minibatches, each in 1 pass or in parts: same weights, same metrics,
+    same per-token aux values (ACT's ponder steps)."""
+    agent, buffer = rollout(backbone)
+    ppo = {**PPO, "epochs": 2, "num_minibatches": 2}
+    results = {}
+    for name, chunk_mb in (("whole", None), ("parts", 1e-9)):
+        model = copy.deepcopy(agent)
+        learner = PPOLearner(model, ppo={**ppo, "chunk_obs_mb": chunk_mb}, lr=1e-3, total_updates=2)
+        batch = next(buffer.minibatches(2))
+        assert learner.parts(batch) == (1 if chunk_mb is None else 18)  # 18 segments each
+        metrics = learner.update(buffer, torch.Generator().manual_seed(3))
+        results[name] = (model, metrics, learner.distributions)
+    (whole, m_whole, d_whole), (parts, m_parts, d_parts) = results["whole"], results["parts"]
+    for (name, a), b in zip(whole.named_parameters(), parts.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5, msg=name)
+    assert m_whole.keys() == m_parts.keys()
+    for k in m_whole:
+        torch.testing.assert_close(m_whole[k], m_parts[k], atol=1e-5, rtol=1e-5, msg=k)
+    assert d_whole.keys() == d_parts.keys()
+    for k in d_whole:
+        assert torch.equal(d_whole[k], d_parts[k]), k
+
+
+def test_parts_are_the_fewest_that_fit():
+    """The count divides the segments and is the smallest whose float obs fit the budget."""
+    agent, buffer = rollout("gtrxl")
+    batch = next(buffer.minibatches(1))  # 36 segments x 4 steps x 2 floats = 1,152 bytes
+    learner = PPOLearner(agent, ppo={**PPO, "chunk_obs_mb": 300 / 2**20}, lr=1e-3, total_updates=1)
+    assert learner.parts(batch) == 4  # 1152 / 300 -> at least 4; 4 divides 36
+    learner.chunk_bytes = 250.0  # at least 5 -> 6, the next divisor of 36
+    assert learner.parts(batch) == 6
+    learner.chunk_bytes = 2000.0
+    assert learner.parts(batch) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1.5])
+def test_bad_chunk_size_is_named(bad):
+    agent, _ = rollout("mlp")
+    with pytest.raises(ValueError, match=rf"algo.chunk_obs_mb={bad} must be a positive"):
+        PPOLearner(agent, ppo={**PPO, "chunk_obs_mb": bad}, lr=1e-3, total_updates=1)
