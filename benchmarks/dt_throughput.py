@@ -36,7 +36,9 @@ import torch.nn.functional as F
 
 from rltrans.agents.dt import build_decision_transformer
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryBuffer, TrajectoryStats
+from rltrans.compiling import compiled
 from rltrans.envs.offline import Episode, OfflineDataset
+from rltrans.learner import Learner
 
 STATE_DIM, ACT_DIM, MAX_EP_LEN = 11, 3, 1000  # Hopper-v3 sizes, as in the paper's Gym runs
 CLOCK = time.process_time  # CPU: this process's CPU time; CUDA runs switch to wall time
@@ -106,6 +108,34 @@ def rltrans_runner(args, device, name: str = "rltrans", **options) -> Runner:
     ).to(device)
     model.train()
     return Runner(name, lambda batch: model.loss(batch)[0], model, 0.25)
+
+
+class TrainerRunner(Runner):
+    """rltrans' offline trainer step: :class:`rltrans.learner.Learner` (parameters as views of
+    one flat tensor, one fused AdamW op) on the eager or the compiled loss (``compile=true``,
+    and what ``compile=auto`` picks for any run long enough to pay the compile back)."""
+
+    def __init__(self, name: str, runner: Runner, compile: bool) -> None:
+        model = runner.model
+        loss = compiled(model.loss) if compile else model.loss
+        super().__init__(name, lambda batch: loss(batch)[0], model, 0.25)
+        self.optimizer = None  # the learner's
+        self.learner = Learner(
+            model, lr=1e-4, total_updates=10**6, anneal_lr=False, max_grad_norm=0.25,
+            weight_decay=1e-4,
+        )  # fmt: skip
+
+    def step(self, batch: TrajectoryBatch, sync: Callable[[], None]) -> None:
+        """Forward + loss, then the learner's backward, clip and AdamW (timed as backward)."""
+        t0 = CLOCK()
+        loss = self.forward_loss(batch)
+        sync()
+        t1 = CLOCK()
+        self.learner.step(loss)
+        sync()
+        t2 = CLOCK()
+        self.phases["forward"] += t1 - t0
+        self.phases["backward"] += t2 - t1
 
 
 def full_stack(runner: Runner) -> Runner:
@@ -224,6 +254,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 0 = default")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="leave out the compiled trainer row"
+    )
     parser.add_argument("--profile-steps", type=int, default=5, help="0 = no profiler tables")
     args = parser.parse_args()
     if args.threads:
@@ -243,7 +276,11 @@ def main() -> None:
     sampled, sample = sampling_runner(args, device, ours)
     extra = ablations(args, device, reference) if args.ablations else []
     # Rows in print order; the ablations of each implementation follow it.
-    rows = [ours, sampled, *[r for r in extra if "HF" not in r.name]]
+    trainer = [TrainerRunner("rltrans trainer, eager", rltrans_runner(args, device), False)]
+    if not args.no_compile:
+        compiled_ = TrainerRunner("rltrans trainer, compiled", rltrans_runner(args, device), True)
+        trainer.append(compiled_)
+    rows = [ours, *trainer, sampled, *[r for r in extra if "HF" not in r.name]]
     if reference is not None:
         rows += [reference, *[r for r in extra if "HF" in r.name]]
     batches = make_batches(4, args.batch, args.context, device)
@@ -290,11 +327,13 @@ def main() -> None:
         print(f"{r.name:30s} {n:8d} {rate:9.0f} {rate / tokens:8.2f} "
               f"{ms['forward']:7.1f} {ms['backward']:7.1f} {ms['optimizer']:7.1f}")  # fmt: skip
     if reference is not None:
-        ratio = statistics.median(per_round["rltrans"]) / statistics.median(
-            per_round[reference.name]
-        )
-        print(f"\nratio rltrans / HF transformers (tokens/s, median of {args.rounds} rounds): "
-              f"{ratio:.2f}x")  # fmt: skip
+        hf = statistics.median(per_round[reference.name])
+        print(f"\nratios to HF transformers (tokens/s, median of {args.rounds} rounds):")
+        for r in [ours, *trainer]:
+            print(f"  {r.name:28s} {statistics.median(per_round[r.name]) / hf:.2f}x")
+        if not args.no_compile:
+            print("  (offline training's default compile=auto compiles any run long enough to"
+                  " pay the compile back: the compiled trainer row)")  # fmt: skip
     if args.profile_steps:
         for r in [ours] if reference is None else [ours, reference]:
             print(f"\n== top ops by self time, {r.name} ({args.profile_steps} steps) ==")

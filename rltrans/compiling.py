@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
+OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "fallback_random": True}
 # AOTInductor packages came with torch 2.6; before that the acting step uses torch.compile.
 # (A version test, not hasattr(torch._inductor, ...): touching torch._inductor imports the
 # compiler stack, ~70 MB resident and ~1.5 s, which an eager run never needs.)
