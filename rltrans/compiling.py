@@ -38,7 +38,13 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "fallback_random": True}
+# Inductor options of every compiled program. cpp.dynamic_threads: a C++ kernel asks OpenMP for
+# the thread count at each call; by default the count of torch.set_num_threads at compile time
+# is baked into it, so a program compiled during a 1-thread trial of torch_threads=auto (or
+# cached by a 1-thread run) ran every later call on 1 thread. fallback_random: random ops run
+# as aten's (Inductor's own per-element generator made compiled dropout ~1.6x slower).
+KERNEL_OPTIONS: dict[str, Any] = {"cpp.dynamic_threads": True, "fallback_random": True}
+OPTIONS: dict[str, Any] = {"cpp_wrapper": True, **KERNEL_OPTIONS}
 # AOTInductor packages came with torch 2.6; before that the acting step uses torch.compile.
 # (A version test, not hasattr(torch._inductor, ...): touching torch._inductor imports the
 # compiler stack, ~70 MB resident and ~1.5 s, which an eager run never needs.)
@@ -117,7 +123,9 @@ class AheadOfTime:
         if loaded is None:  # not cached (or unreadable): compile, then publish atomically
             package.parent.mkdir(parents=True, exist_ok=True)
             scratch = package.with_name(f".{package.stem}.{os.getpid()}.pt2")
-            torch._inductor.aoti_compile_and_package(program, package_path=str(scratch))
+            torch._inductor.aoti_compile_and_package(
+                program, package_path=str(scratch), inductor_configs=dict(KERNEL_OPTIONS)
+            )
             os.replace(scratch, package)
             loaded = _open(package)
         out_spec = pytree.treespec_loads(loaded.loader.get_call_spec()[1])
@@ -165,7 +173,8 @@ def _package_path(program: torch.export.ExportedProgram) -> Path:
     digest = hashlib.sha256()
     graph = program.graph_module.print_readable(print_output=False, include_stride=True)
     signature = f"{program.graph_signature}{program.call_spec}"
-    for part in (graph, signature, torch.__version__, platform.machine()):
+    options = repr(sorted(KERNEL_OPTIONS.items()))
+    for part in (graph, signature, torch.__version__, platform.machine(), options):
         digest.update(part.encode())
     digest.update(torch.backends.cpu.get_cpu_capability().encode())
     for name, value in sorted(program.constants.items()):
