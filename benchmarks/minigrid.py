@@ -25,22 +25,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from runs import MINIGRID as COMMON
 from runs import timed, train
 
 STEPS_PER_UPDATE = 16 * 256
-COMMON = [
-    "env=minigrid_memory",
-    "agent=gtrxl",
-    "agent.dim=256",
-    "agent.layers=2",
-    "agent.heads=4",
-    "agent.memory=64",
-    "algo.num_steps=256",
-    "progress=false",
-    "tensorboard=true",
-    "checkpoint_every=1000000",
-    "seed=1",
-]
 SPLIT = ("env_ms", "act_ms", "learn_ms")
 FLAGS = ["torch_threads=2", "compile=true", "torch_threads=2 compile=true"]
 

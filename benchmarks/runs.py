@@ -17,6 +17,21 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The MiniGrid image config of benchmarks/minigrid.py, memory.py and image_learner.py (the
+# overrides of a popular PPO-TrXL script's MiniGrid setting).
+MINIGRID = [
+    "env=minigrid_memory",
+    "agent=gtrxl",
+    "agent.dim=256",
+    "agent.layers=2",
+    "agent.heads=4",
+    "agent.memory=64",
+    "algo.num_steps=256",
+    "progress=false",
+    "tensorboard=true",
+    "checkpoint_every=1000000",
+    "seed=1",
+]
 # Run by train(): rltrans.train.main in this process, then the process's peak RSS (Linux: KiB).
 CHILD = (
     "import json, resource, sys\n"
