@@ -25,6 +25,7 @@ import time
 
 import torch
 from runs import MINIGRID as COMMON
+from runs import unshadow_minigrid
 from torch.utils.flop_counter import FlopCounterMode
 
 from rltrans.buffers.rollout import RolloutBuffer
@@ -69,6 +70,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="timed epochs (median)")
     parser.add_argument("overrides", nargs="*", help="train overrides (e.g. algo.chunk_obs_mb)")
     a = parser.parse_args()
+    unshadow_minigrid()
     torch.set_num_threads(a.threads)
     cfg = load_config([*COMMON, *a.overrides])
     envs = make_env(cfg.env, seed=0, device="cpu")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runs import MINIGRID as COMMON
+from runs import unshadow_minigrid
 
 ROWS: list[tuple[str, int, int]] = []
 
@@ -61,6 +62,7 @@ def main() -> None:
     """Run the training with every phase wrapped, then print the table."""
     if not Path("/proc/self/clear_refs").exists():
         sys.exit("needs Linux (/proc/self/clear_refs)")
+    unshadow_minigrid()
     mark("python start")
     import rltrans.agents.memory_agent as agents
     import rltrans.trainers.ppo as ppo

@@ -32,6 +32,15 @@ MINIGRID = [
     "checkpoint_every=1000000",
     "seed=1",
 ]
+
+
+def unshadow_minigrid() -> None:
+    """Take this folder off ``sys.path``: a script run from it has it first there, and its
+    minigrid.py would be imported in place of the minigrid package by an in-process env."""
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+
+
 # Run by train(): rltrans.train.main in this process, then the process's peak RSS (Linux: KiB).
 CHILD = (
     "import json, resource, sys\n"
