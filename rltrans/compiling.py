@@ -38,12 +38,12 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-# Inductor options of every compiled program. cpp.dynamic_threads: a C++ kernel asks OpenMP for
-# the thread count at each call; by default the count of torch.set_num_threads at compile time
-# is baked into it, so a program compiled during a 1-thread trial of torch_threads=auto (or
-# cached by a 1-thread run) ran every later call on 1 thread. fallback_random: random ops run
-# as aten's (Inductor's own per-element generator made compiled dropout ~1.6x slower).
-KERNEL_OPTIONS: dict[str, Any] = {"cpp.dynamic_threads": True, "fallback_random": True}
+# Inductor options of every compiled program. fallback_random: random ops run as aten's
+# (Inductor's own per-element generator made compiled dropout ~1.6x slower). Kernels keep the
+# thread count of compile time (torch.get_num_threads()): reading it at each call
+# (cpp.dynamic_threads) made a small model's compiled PPO update 1.34x slower on one thread,
+# so compiled programs are keyed by their thread count instead.
+KERNEL_OPTIONS: dict[str, Any] = {"fallback_random": True}
 OPTIONS: dict[str, Any] = {"cpp_wrapper": True, **KERNEL_OPTIONS}
 # AOTInductor packages came with torch 2.6; before that the acting step uses torch.compile.
 # (A version test, not hasattr(torch._inductor, ...): touching torch._inductor imports the
@@ -102,7 +102,7 @@ class AheadOfTime:
     def __call__(self, *args: Any) -> Any:
         """``fn(*args)`` through the runner compiled for this signature (compiled if new)."""
         leaves, spec = pytree.tree_flatten(args)
-        key = (spec, *(_signature(leaf) for leaf in leaves))
+        key = (spec, torch.get_num_threads(), *(_signature(leaf) for leaf in leaves))
         runner = self.runners.get(key)
         if runner is None:
             runner = self.runners[key] = self._compile(args, leaves)
@@ -169,11 +169,12 @@ def _open(package: Path) -> Any:
 def _package_path(program: torch.export.ExportedProgram) -> Path:
     """Where the compiled package of ``program`` is cached: a hash of everything the binary
     depends on (the graph printed with every node's shape and dtype, its tensor constants,
-    torch's version, the CPU's instruction set and rltrans' compile options)."""
+    torch's version, the CPU's instruction set, rltrans' compile options and the thread count
+    its kernels are built for)."""
     digest = hashlib.sha256()
     graph = program.graph_module.print_readable(print_output=False, include_stride=True)
     signature = f"{program.graph_signature}{program.call_spec}"
-    options = repr(sorted(KERNEL_OPTIONS.items()))
+    options = f"{sorted(KERNEL_OPTIONS.items())} threads={torch.get_num_threads()}"
     for part in (graph, signature, torch.__version__, platform.machine(), options):
         digest.update(part.encode())
     digest.update(torch.backends.cpu.get_cpu_capability().encode())

@@ -85,6 +85,17 @@ class Learner:
             self.compiled_loss = compiled(self.eager_loss)
         self.loss = self.compiled_loss if on else self.eager_loss
 
+    @property
+    def trialing_threads(self) -> bool:
+        """True while ``torch_threads=auto`` is still timing thread counts for this learner."""
+        return self.threads is not None and self.threads.chosen is None
+
+    def settled_loss(self) -> Any:
+        """The loss to train through now: the eager one during thread trials (compiled kernels
+        keep the thread count they were built with, so a program compiled during a trial
+        would keep the trial's count)."""
+        return self.eager_loss if self.trialing_threads else self.loss
+
     def autocast(self) -> contextlib.AbstractContextManager:
         """Mixed-precision context for the forward pass (a no-op on CPU or with amp off)."""
         if not self.amp:
@@ -245,7 +256,7 @@ class PPOLearner(Learner):
         named ``*_max`` / ``*_min`` the extreme over the parts) and per-token aux values."""
         count = self.parts(batch)
         if count == 1:
-            loss, metrics, aux = self.loss(batch)
+            loss, metrics, aux = self.settled_loss()(batch)
             self.backward(loss, first=True)
             return metrics, aux
         total = batch.mask.sum().clamp_min(1)
@@ -254,7 +265,7 @@ class PPOLearner(Learner):
         for i in range(count):
             part = _map_batch(lambda x, i=i: x.tensor_split(count)[i], batch)
             weight = part.mask.sum() / total
-            loss, part_metrics, aux = self.loss(part)
+            loss, part_metrics, aux = self.settled_loss()(part)
             self.backward(loss * weight, first=i == 0)
             for k, v in part_metrics.items():  # means over the part's steps -> over all
                 if k.endswith(("_max", "_min")):  # extremes (e.g. ACT's ponder_max) stay so
@@ -471,7 +482,8 @@ class ImpalaLearner(Learner):
                 ]
             for part, part_bootstrap in parts:
                 with tuned(self.threads):
-                    loss, metrics, aux = self.loss(part, buffers[0].segment_length, part_bootstrap)
+                    loss_fn = self.settled_loss()
+                    loss, metrics, aux = loss_fn(part, buffers[0].segment_length, part_bootstrap)
                     metrics["grad_norm"] = self.step(loss)
                 if first is None:
                     first, first_aux = metrics, aux

@@ -296,3 +296,21 @@ def test_compiled_dt_loss_equals_eager(continuous):
     for (name, p), q in zip(eager_model.named_parameters(), fast_model.parameters(), strict=True):
         if p.grad is not None:
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_compiled_loss_waits_for_the_thread_choice():
+    """While torch_threads=auto times thread counts the learner trains through the eager loss
+    (compiled kernels keep the thread count of compile time); then through the chosen one."""
+    from rltrans.learner import PPOLearner
+    from rltrans.threads import ThreadTuner
+
+    agent = torch.nn.Linear(2, 2)
+    ppo = {"epochs": 1, "num_minibatches": 1, "clip_coef": 0.2, "vf_clip_coef": None,
+           "ent_coef": 0.0, "vf_coef": 0.5, "normalize_advantages": True}  # fmt: skip
+    learner = PPOLearner(agent, ppo=ppo, lr=1e-3, total_updates=1)
+    learner.loss = compiled_stand_in = object()  # what use_compiled(True) would install
+    assert learner.settled_loss() is compiled_stand_in  # no tuner: the configured loss
+    learner.threads = ThreadTuner("learner step", counts=(1, 2))
+    assert learner.trialing_threads and learner.settled_loss() == learner.eager_loss
+    learner.threads.chosen = 2
+    assert not learner.trialing_threads and learner.settled_loss() is compiled_stand_in

@@ -270,8 +270,10 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
             batch = buffer.sample(algo.batch_size, sampler, device=device)  # (B, K, ...)
             t1 = time.perf_counter()
             with tuned(learner.threads):
+                # Eager during thread trials (see Learner.settled_loss).
+                loss_fn = losses["eager" if learner.trialing_threads else "current"]
                 with learner.autocast():
-                    loss, metrics = losses["current"](batch)
+                    loss, metrics = loss_fn(batch)
                 metrics["grad_norm"] = learner.step(loss)
             learner.end_update()  # the lr schedule counts gradient steps
             t2 = time.perf_counter()
