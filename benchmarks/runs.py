@@ -74,6 +74,7 @@ def train(args: list[str], threads: int | None, timeout: float) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, *args],
         env=env,
+        cwd=ROOT,  # not the caller's folder: benchmarks/minigrid.py would shadow the package
         capture_output=True,
         text=True,
         timeout=timeout,
