@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
@@ -74,6 +75,8 @@ class Learner:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype is None)
         self.device_type = device.type
         self.threads: ThreadTuner | None = None  # torch_threads=auto: times each gradient step
+        # Worker threads for a plan in streams (created at the first such step).
+        self._workers: ThreadPoolExecutor | None = None
         # The loss a subclass trains through (use_compiled switches eager / compiled).
         self.eager_loss: Any = None
         self.compiled_loss: Any = None
@@ -125,6 +128,47 @@ class Learner:
             else:
                 self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
+
+    def side_grads(
+        self, loss_fn: Any, batch: Any, weight: Tensor, threads: int
+    ) -> tuple[Any, tuple[Tensor | None, ...] | None]:
+        """On a worker thread of a plan in streams: ``loss_fn(batch)`` with ``threads`` torch
+        threads and the gradient of ``weight`` x its loss, returned instead of accumulated
+        (summed in part order by :meth:`add_grads`, so a step is the same at every timing).
+        Returns the rest of ``loss_fn``'s output and the gradients (None if the loss is not
+        finite)."""
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        loss, *rest = loss_fn(batch)
+        if not bool(torch.isfinite(loss)):
+            return rest, None
+        scaled = self.scaler.scale(loss * weight)
+        return rest, torch.autograd.grad(scaled, self.model_params, allow_unused=True)
+
+    def add_grads(self, grads: tuple[Tensor | None, ...] | None) -> None:
+        """Add gradients from :meth:`side_grads` to the parameters' (after a backward pass)."""
+        if grads is None:
+            raise NonFiniteLossError("loss is non-finite; stopping before the weights change")
+        for p, g in zip(self.model_params, grads, strict=True):
+            if g is None:
+                continue
+            if p.grad is None:
+                p.grad = g
+            else:
+                p.grad.add_(g)
+
+    @property
+    def model_params(self) -> list[Tensor]:
+        """The model's own parameters that train (views of the flat one on CPU)."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def workers(self, count: int) -> ThreadPoolExecutor:
+        """A pool of ``count`` worker threads (kept; rebuilt if a plan needs more)."""
+        if self._workers is None or self._workers._max_workers < count:
+            if self._workers is not None:
+                self._workers.shutdown()
+            self._workers = ThreadPoolExecutor(count, thread_name_prefix="rltrans-stream")
+        return self._workers
 
     def apply_gradients(self) -> Tensor:
         """Average over learner processes, clip and step on the summed gradients; returns the
@@ -252,21 +296,45 @@ class PPOLearner(Learner):
         """Gradient of one minibatch's loss, summed into the parameters' gradients: in one
         pass, or part by part (each part's loss weighted by its share of the valid steps, so
         the sum is the whole minibatch's gradient, with only one part's activations alive at
-        a time). Returns the minibatch's metrics (the parts' means weighted alike; metrics
-        named ``*_max`` / ``*_min`` the extreme over the parts) and per-token aux values."""
+        a time). Under a :class:`~rltrans.threads.Plan` of n streams (``torch_threads=auto``)
+        the parts come in groups of n that run side by side, one here and the rest on worker
+        threads, their gradients summed in part order. Returns the minibatch's metrics (the
+        parts' means weighted alike; metrics named ``*_max`` / ``*_min`` the extreme over the
+        parts) and per-token aux values."""
+        size = batch.mask.shape[0]
+        plan = self.threads.plan if self.threads is not None else None
+        streams = min(plan.streams, size) if plan is not None else 1
         count = self.parts(batch)
+        if streams > 1:  # whole groups of `streams` parts, run side by side
+            count = min(size, -(-count // streams) * streams)
+        loss_fn = self.settled_loss()
         if count == 1:
-            loss, metrics, aux = self.settled_loss()(batch)
+            loss, metrics, aux = loss_fn(batch)
             self.backward(loss, first=True)
             return metrics, aux
         total = batch.mask.sum().clamp_min(1)
+        parts = [_map_batch(lambda x, i=i: x.tensor_split(count)[i], batch) for i in range(count)]
+        weights = [part.mask.sum() / total for part in parts]
+        done: list[tuple[dict[str, Tensor], Aux]] = []
+        for first in range(0, count, streams):
+            group = range(first, min(first + streams, count))
+            side = [
+                self.workers(streams - 1).submit(
+                    self.side_grads, loss_fn, parts[i], weights[i], plan.threads
+                )
+                for i in group[1:]
+            ]  # the group's first part runs here meanwhile
+            loss, part_metrics, aux = loss_fn(parts[first])
+            self.backward(loss * weights[first], first=first == 0)
+            done.append((part_metrics, aux))
+            for future in side:
+                (part_metrics, aux), grads = future.result()
+                self.add_grads(grads)
+                done.append((part_metrics, aux))
         metrics: dict[str, Tensor] = {}
         pieces: dict[str, list[Tensor]] = {}
-        for i in range(count):
-            part = _map_batch(lambda x, i=i: x.tensor_split(count)[i], batch)
-            weight = part.mask.sum() / total
-            loss, part_metrics, aux = self.settled_loss()(part)
-            self.backward(loss * weight, first=i == 0)
+        for i, (part_metrics, aux) in enumerate(done):
+            weight = weights[i]
             for k, v in part_metrics.items():  # means over the part's steps -> over all
                 if k.endswith(("_max", "_min")):  # extremes (e.g. ACT's ponder_max) stay so
                     pick = torch.maximum if k.endswith("_max") else torch.minimum

@@ -84,15 +84,21 @@ def _report(line: str) -> None:
 
 
 def thread_tuners(
-    cfg: DictConfig, device: torch.device, saved: dict[str, Any] | None = None, *names: str
+    cfg: DictConfig,
+    device: torch.device,
+    saved: dict[str, Any] | None = None,
+    *names: str,
+    streams: tuple[str, ...] = (),
 ) -> dict[str, ThreadTuner]:
     """``torch_threads=auto`` on CPU: one :class:`ThreadTuner` per kind of call in ``names``
     (e.g. ``learner step``, ``acting step``), restored from a checkpoint's ``saved`` choices;
-    each reports its choice on stderr. Empty for a fixed count or a CUDA device."""
+    each reports its choice on stderr. The calls named in ``streams`` can also run as
+    one-thread streams (not under torchrun, whose collectives stay on the main thread).
+    Empty for a fixed count or a CUDA device."""
     if cfg.get("torch_threads") != AUTO or device.type != "cpu":
         return {}
-
-    tuners = {name: ThreadTuner(name, report=_report) for name in names}
+    split = () if distributed.active() else streams
+    tuners = {name: ThreadTuner(name, streams=name in split, report=_report) for name in names}
     for name, state in (saved or {}).items():
         if name in tuners:
             tuners[name].load_state_dict(state)

@@ -312,5 +312,5 @@ def test_compiled_loss_waits_for_the_thread_choice():
     assert learner.settled_loss() is compiled_stand_in  # no tuner: the configured loss
     learner.threads = ThreadTuner("learner step", counts=(1, 2))
     assert learner.trialing_threads and learner.settled_loss() == learner.eager_loss
-    learner.threads.chosen = 2
+    learner.threads.load_state_dict({"chosen": 2})
     assert not learner.trialing_threads and learner.settled_loss() is compiled_stand_in

@@ -1,14 +1,17 @@
-"""PPO minibatches split into parts (algo.chunk_obs_mb): the same gradient step as one pass."""
+"""PPO minibatches split into parts (algo.chunk_obs_mb, or torch_threads=auto's streams): the
+same gradient step as one pass."""
 
 import copy
+import threading
 
 import pytest
 import torch
 
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learner import PPOLearner
+from rltrans.learner import NonFiniteLossError, PPOLearner
 from rltrans.runtime.actors import LocalActor
+from rltrans.threads import Plan, ThreadTuner
 from tests.test_rollout import PPO, small_agent
 
 
@@ -66,3 +69,76 @@ def test_bad_chunk_size_is_named(bad):
     agent, _ = rollout("mlp")
     with pytest.raises(ValueError, match=rf"algo.chunk_obs_mb={bad} must be a positive"):
         PPOLearner(agent, ppo={**PPO, "chunk_obs_mb": bad}, lr=1e-3, total_updates=1)
+
+
+def streams_learner(model: torch.nn.Module, plan: Plan, chunk_mb: float | None = None):
+    """A learner whose thread tuner has settled on ``plan``."""
+    learner = PPOLearner(
+        model, ppo={**PPO, "epochs": 2, "num_minibatches": 2, "chunk_obs_mb": chunk_mb},
+        lr=1e-3, total_updates=2,
+    )  # fmt: skip
+    learner.threads = ThreadTuner("learner step", (1, 2), streams=True)
+    learner.threads.load_state_dict({"chosen": plan.threads, "streams": plan.streams})
+    assert learner.threads.chosen_plan == plan
+    return learner
+
+
+@pytest.mark.parametrize("backbone", ["gtrxl", "universal"])
+@pytest.mark.parametrize("chunk_mb", [None, 1e-9])
+def test_streams_give_the_whole_minibatch_step(backbone, chunk_mb):
+    """Minibatches in parts run side by side on two threads (torch_threads=auto's plan in
+    streams), alone or with chunk_obs_mb: the same step as one pass, and the same to the
+    bit in every run (the side parts' gradients are summed in part order)."""
+    agent, buffer = rollout(backbone)
+    runs = {}
+    for name, plan in (("one pass", Plan(1)), ("streams", Plan(1, 2)), ("again", Plan(1, 2))):
+        model = copy.deepcopy(agent)
+        learner = streams_learner(model, plan, None if name == "one pass" else chunk_mb)
+        metrics = learner.update(buffer, torch.Generator().manual_seed(3))
+        runs[name] = (model, metrics, learner.distributions)
+    (whole, m_whole, d_whole), (model, metrics, dists) = runs["one pass"], runs["streams"]
+    for (name, a), b in zip(whole.named_parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5, msg=name)
+    for k in m_whole:
+        torch.testing.assert_close(m_whole[k], metrics[k], atol=1e-5, rtol=1e-5, msg=k)
+    assert d_whole.keys() == dists.keys()
+    for k in d_whole:
+        assert torch.equal(d_whole[k], dists[k]), k
+    same = list(map(torch.equal, model.parameters(), runs["again"][0].parameters()))
+    assert all(same)  # bit for bit, run after run
+    assert not all(map(torch.equal, model.parameters(), whole.parameters()))  # a real split
+
+
+def test_streams_use_worker_threads_with_the_plan_s_thread_count():
+    """The side part runs on a worker thread with one torch thread while the first runs here."""
+    agent, buffer = rollout("gtrxl")
+    learner = streams_learner(agent, Plan(1, 2))
+    seen = []
+    original = learner.minibatch_loss
+
+    def spy(batch):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return original(batch)
+
+    learner.eager_loss = learner.loss = spy
+    learner.update(buffer, torch.Generator().manual_seed(3))
+    names = {name.split("_")[0] for name, _ in seen}
+    assert names == {"MainThread", "rltrans-stream"}, seen
+    assert {n for _, n in seen} == {1} and len(seen) == 2 * 2 * 2  # epochs x minibatches x 2
+
+
+def test_a_non_finite_side_part_stops_before_the_weights_change():
+    agent, buffer = rollout("gtrxl")
+    learner = streams_learner(agent, Plan(1, 2))
+    before = [p.detach().clone() for p in agent.parameters()]
+    original = learner.minibatch_loss
+
+    def poisoned(batch):
+        loss, metrics, aux = original(batch)
+        side = threading.current_thread() is not threading.main_thread()
+        return (loss * float("nan") if side else loss), metrics, aux
+
+    learner.eager_loss = learner.loss = poisoned
+    with pytest.raises(NonFiniteLossError, match="non-finite"):
+        learner.update(buffer, torch.Generator().manual_seed(3))
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.parameters(), strict=True))

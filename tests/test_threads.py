@@ -12,7 +12,7 @@ from rltrans import load_policy, threads
 from rltrans.checkpoint import load_checkpoint
 from rltrans.evaluate import main as evaluate_main
 from rltrans.runtime.pool import pool_arguments
-from rltrans.threads import ThreadTuner, candidates
+from rltrans.threads import Plan, ThreadTuner, candidates
 from rltrans.train import main as train_main
 
 
@@ -56,16 +56,47 @@ def test_warmup_calls_are_not_counted():
             n = torch.get_num_threads()
             used.append(n)
             time.sleep(next(slow_first, None) or (0.04 if n == 1 else 0.02))
-    assert tuner.chosen == 2 and len(tuner.times[1]) == len(tuner.times[2]) == 3
+    one, two = (Plan(n) for n in (1, 2))
+    assert tuner.chosen == 2 and len(tuner.times[one]) == len(tuner.times[two]) == 3
 
 
 def test_a_restored_or_single_choice_never_times():
     restored = ThreadTuner("learner step", (1, 2))
     restored.load_state_dict({"chosen": 2})
     assert run_calls(restored, {1: 0.0, 2: 0.0}, 3) == [2, 2, 2]
-    assert restored.times == {1: [], 2: []}
+    assert restored.times == {Plan(1): [], Plan(2): []}
     assert ThreadTuner("x", (1,)).chosen == 1
-    assert restored.state_dict() == {"chosen": 2}
+    assert restored.state_dict() == {"chosen": 2, "streams": 1}
+
+
+def test_streams_are_a_plan_of_their_own():
+    """With streams, n one-thread streams are tried beside each count; the fewest cores
+    within 10 % of the fastest win, the faster plan where two use as many cores; the choice
+    round-trips through a checkpoint, and a tuner without streams takes its thread count."""
+    one, two, streams = Plan(1), Plan(2), Plan(1, 2)
+    for seconds, chosen in (
+        ({one: 0.06, two: 0.04, streams: 0.03}, streams),
+        ({one: 0.06, two: 0.03, streams: 0.04}, two),
+        ({one: 0.031, two: 0.03, streams: 0.02}, streams),  # 1 thread not within 10 %
+        ({one: 0.030, two: 0.03, streams: 0.029}, one),
+    ):
+        lines = []
+        tuner = ThreadTuner("learner step", (1, 2), streams=True, trials=2, report=lines.append)
+        assert tuner.plans == (one, two, streams)
+        used = []
+        for _ in range(9):
+            with tuner:
+                used.append((tuner.plan, torch.get_num_threads()))
+                time.sleep(seconds[tuner.plan])
+        assert used == [(one, 1), (two, 2), (streams, 1)] * 3
+        assert tuner.chosen_plan == chosen and tuner.plan == chosen
+        assert f"learner step uses {chosen} (speed vs 1 thread" in lines[0]
+        restored = ThreadTuner("learner step", (1, 2), streams=True)
+        restored.load_state_dict(tuner.state_dict())
+        assert restored.chosen_plan == chosen
+    plain = ThreadTuner("learner step", (1, 2))
+    plain.load_state_dict({"chosen": 1, "streams": 2})
+    assert plain.chosen_plan == one and str(streams) == "2 streams x 1 thread"
 
 
 def test_candidates_and_the_omp_cap(monkeypatch):

@@ -65,7 +65,10 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         scaler.load_state_dict(resumed["reward_scaler"])
     actor = LocalActor(envs, agent, seed=cfg.seed + update, device=device, reward_scaler=scaler)
     actor.set_policy_version(update)
-    tuners = thread_tuners(cfg, device, resumed.get("threads"), "learner step", "acting step")
+    tuners = thread_tuners(
+        cfg, device, resumed.get("threads"), "learner step", "acting step",
+        streams=("learner step",),  # minibatches split into parts that run side by side
+    )  # fmt: skip
     learner.threads, actor.loop.threads = tuners.get("learner step"), tuners.get("acting step")
     tracker = EpisodeTracker(window=100)
     if resumed.get("episodes"):
