@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from rltrans import distributed
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.compiling import compiled
+from rltrans.core.dropout import Dropout
 from rltrans.flat import FlatLayout, flatten, is_flat_state, to_flat_state, to_per_parameter_state
 from rltrans.losses.impala import impala_loss
 from rltrans.losses.ppo import ppo_loss, standardize
@@ -217,6 +218,16 @@ class Learner:
         self.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+
+
+def draws_random(model: nn.Module) -> bool:
+    """True if the model's training forward draws random numbers (dropout with p > 0): parts
+    of such a step on several threads would draw from the one generator in racing order."""
+    for m in model.modules():
+        p = getattr(m, "p", None) if isinstance(m, nn.Dropout | Dropout) else None
+        if (p or 0.0) > 0.0 or getattr(m, "dropout", 0.0) > 0.0:
+            return True
+    return False
 
 
 def _map_batch(fn: Any, batch: Any) -> Any:

@@ -7,12 +7,13 @@ import threading
 import pytest
 import torch
 
+from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learner import NonFiniteLossError, PPOLearner
+from rltrans.learner import NonFiniteLossError, PPOLearner, draws_random
 from rltrans.runtime.actors import LocalActor
 from rltrans.threads import Plan, ThreadTuner
-from tests.test_rollout import PPO, small_agent
+from tests.test_rollout import DEPTH, PPO, small_agent
 
 
 def rollout(backbone: str) -> tuple[torch.nn.Module, RolloutBuffer]:
@@ -142,3 +143,17 @@ def test_a_non_finite_side_part_stops_before_the_weights_change():
     with pytest.raises(NonFiniteLossError, match="non-finite"):
         learner.update(buffer, torch.Generator().manual_seed(3))
     assert all(torch.equal(a, b) for a, b in zip(before, agent.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("backbone", ["gtrxl", "universal"])
+def test_models_with_dropout_are_never_split_into_streams(backbone):
+    """Parts on several threads would draw dropout masks from one generator in racing order,
+    so a model with dropout > 0 (residual or attention) is never offered streams."""
+    envs = make_torch_env("stateless_cartpole", 2)
+    assert not draws_random(small_agent(envs, backbone))
+    for kwargs in ({"dropout": 0.1}, {"attn_dropout": 0.1}):
+        agent = MemoryAgent(
+            envs.single_observation_space, envs.single_action_space, backbone=backbone,
+            dim=16, heads=2, memory=4, **DEPTH.get(backbone, {"layers": 1}), **kwargs,
+        )  # fmt: skip
+        assert draws_random(agent), kwargs

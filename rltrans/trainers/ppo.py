@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import to_container
 from rltrans.envs import make_env
-from rltrans.learner import NonFiniteLossError, PPOLearner
+from rltrans.learner import NonFiniteLossError, PPOLearner, draws_random
 from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
 from rltrans.registry import build_agent
 from rltrans.run import Run, compile_choice, thread_tuners
@@ -65,10 +65,12 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         scaler.load_state_dict(resumed["reward_scaler"])
     actor = LocalActor(envs, agent, seed=cfg.seed + update, device=device, reward_scaler=scaler)
     actor.set_policy_version(update)
+    # Minibatches may run as parts side by side, unless the model draws random numbers
+    # (dropout): threads racing for one generator would make the run irreproducible.
+    streams = () if draws_random(agent) else ("learner step",)
     tuners = thread_tuners(
-        cfg, device, resumed.get("threads"), "learner step", "acting step",
-        streams=("learner step",),  # minibatches split into parts that run side by side
-    )  # fmt: skip
+        cfg, device, resumed.get("threads"), "learner step", "acting step", streams=streams
+    )
     learner.threads, actor.loop.threads = tuners.get("learner step"), tuners.get("acting step")
     tracker = EpisodeTracker(window=100)
     if resumed.get("episodes"):
