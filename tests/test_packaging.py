@@ -42,9 +42,19 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
+def _data_packages() -> set[str]:
+    """Dotted names of the config folders below configs/ (YAML only, no __init__.py)."""
+    return {
+        "rltrans.configs." + ".".join(d.relative_to(CONFIGS).parts)
+        for d in CONFIGS.rglob("*")
+        if d.is_dir() and "__pycache__" not in d.parts and any(d.glob("*.yaml"))
+    }
+
+
 def _packages_on_disk() -> set[str]:
-    """Dotted names of every folder holding an __init__.py, under its mapped package name."""
-    found = set()
+    """Dotted names of every folder holding an __init__.py, under its mapped package name,
+    and of the config folders (data packages: setuptools wants every importable folder)."""
+    found = _data_packages()
     for package, folder in PACKAGE_DIR.items():
         base = ROOT / folder
         for init in base.rglob("__init__.py"):
@@ -191,7 +201,7 @@ def test_wheel_contents(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"rltrans"}, tops
-    for package in SETUPTOOLS["packages"]:
+    for package in set(SETUPTOOLS["packages"]) - _data_packages():
         assert package.replace(".", "/") + "/__init__.py" in names, package
     for yaml in CONFIGS.rglob("*.yaml"):
         assert "rltrans/configs/" + yaml.relative_to(CONFIGS).as_posix() in names, yaml
