@@ -51,3 +51,26 @@ def test_attention_dropout_on_cpu_drops_whole_weights_and_keeps_the_mean():
     draws = torch.stack([attend(q, k, v, dropout=0.2) for _ in range(4000)])
     assert not torch.allclose(draws[0], clean)
     torch.testing.assert_close(draws.mean(0), clean, atol=0.05, rtol=0)
+
+
+def test_compiled_dropout_draws_the_eager_masks_and_never_shares_one():
+    """Under torch.compile the mask comes from an opaque op fed by its own uniforms: the same
+    draws as eager for the same seed, the same gradient, and two dropouts of one tensor get
+    two masks (graph CSE would merge two identical calls of a pure op on x)."""
+    from rltrans.compiling import compiled
+
+    def twice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return dropout(x, 0.5), dropout(x, 0.5)
+
+    x = torch.randn(4_000, requires_grad=True)
+    fast = compiled(twice)
+    torch.manual_seed(3)
+    a, b = fast(x)
+    assert not torch.equal(a != 0, b != 0)
+    (a.sum() + 2 * b.sum()).backward()
+    fast_grad, x.grad = x.grad, None
+    torch.manual_seed(3)
+    ea, eb = twice(x)
+    (ea.sum() + 2 * eb.sum()).backward()
+    torch.testing.assert_close((a, b), (ea, eb), rtol=0, atol=0)
+    torch.testing.assert_close(fast_grad, x.grad, rtol=0, atol=0)
