@@ -328,9 +328,13 @@ def main() -> None:
               f"{ms['forward']:7.1f} {ms['backward']:7.1f} {ms['optimizer']:7.1f}")  # fmt: skip
     if reference is not None:
         hf = statistics.median(per_round[reference.name])
-        print(f"\nratios to HF transformers (tokens/s, median of {args.rounds} rounds):")
+        print(f"\nratios to HF transformers (tokens/s, median of {args.rounds} rounds; then the"
+              " ratio within each round, lowest to highest: the machine's spread)")  # fmt: skip
         for r in [ours, *trainer]:
-            print(f"  {r.name:28s} {statistics.median(per_round[r.name]) / hf:.2f}x")
+            rounds = zip(per_round[r.name], per_round[reference.name], strict=True)
+            within = sorted(a / b for a, b in rounds)
+            spread = ", ".join(f"{x:.2f}" for x in within)
+            print(f"  {r.name:28s} {statistics.median(per_round[r.name]) / hf:.2f}x  ({spread})")
         if not args.no_compile:
             print("  (offline training's compile=auto compiles a run long enough to pay the"
                   " compile back and keeps it only if it is >= 5 % faster than eager)")  # fmt: skip
