@@ -7,7 +7,8 @@ Here an element is kept when u >= p for u ~ U[0, 1), i.e. with probability 1 - p
 elements are scaled by 1 / (1 - p), exactly as inverted dropout (Srivastava et al. 2014).
 On other devices the fused native kernel is used unchanged.
 
-Inside a compiled graph the mask comes from :func:`keep_mask`, an opaque op: left to itself,
+Inside a compiled graph the mask comes from ``keep_mask`` (the opaque op
+``rltrans::keep_from_uniform``, wrapping :func:`keep_from_uniform`): left to itself,
 Inductor fuses the comparison into the consumer and saves a boolean mask for backward, whose
 byte stores its AVX2 code does one element at a time (about half of each fused LayerNorm
 kernel in a compiled Decision Transformer step; that step was slower compiled than eager).
