@@ -16,7 +16,11 @@ step, ablation rows (``--ablations``: the core's GELU instead of DT's ReLU, the 
 every token's output instead of the state tokens' alone, both models without any dropout),
 and torch.profiler's top ops.
 
-    python benchmarks/dt_throughput.py [--steps 20] [--rounds 3] [--threads 1] [--device cpu]
+    python benchmarks/dt_throughput.py [--steps 20] [--rounds 3] [--pairs 100] [--threads 1]
+                                       [--device cpu]
+
+``--pairs`` adds the paired estimate (see :func:`paired`), the one to quote on a shared
+machine: each trainer row's median per-step ratio to HF over that many turns.
 
 If ``transformers`` is not installed (``pip install -e ".[bench]"``) the script measures
 rltrans alone and says so.
@@ -244,6 +248,33 @@ def profile_top_ops(runner: Runner, batch: TrajectoryBatch, steps: int, rows: in
     return prof.key_averages().table(sort_by=sort, row_limit=rows, max_name_column_width=40)
 
 
+def paired(rows: list[Runner], reference: Runner, batches: list, turns: int, sync) -> str:
+    """Median and quartiles of each row's per-turn speed ratio to the reference.
+
+    One turn is one step of every row and of the reference, back to back, in an order that
+    rotates; each row's ratio is taken within the turn. A slow spell of the machine then
+    slows both sides of a ratio, so the median over many turns moves far less between runs
+    than a ratio of block medians (measured: 1.46-1.50x over five runs of 150 turns for the
+    compiled row, while block medians of the same code gave 1.37-1.79x over three runs).
+    """
+    ratios: dict[str, list[float]] = {r.name: [] for r in rows}
+    everyone = [*rows, reference]
+    for turn in range(turns):
+        order = everyone[turn % len(everyone) :] + everyone[: turn % len(everyone)]
+        seconds = {}
+        for r in order:
+            t0 = CLOCK()
+            r.step(batches[turn % len(batches)], sync)
+            seconds[r.name] = CLOCK() - t0
+        for r in rows:
+            ratios[r.name].append(seconds[reference.name] / seconds[r.name])
+    lines = [f"\npaired: one step of each in turn, {turns} turns; median ratio to HF (quartiles)"]
+    for r in rows:
+        q1, median, q3 = np.percentile(ratios[r.name], [25, 50, 75])
+        lines.append(f"  {r.name:28s} {median:.2f}x  ({q1:.2f}-{q3:.2f})")
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Measure, print the table, the ratio and the breakdown."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -258,6 +289,13 @@ def main() -> None:
         "--no-compile", action="store_true", help="leave out the compiled trainer row"
     )
     parser.add_argument("--profile-steps", type=int, default=5, help="0 = no profiler tables")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=100,
+        help="paired estimate: single steps of the trainer rows and HF in turn, this many "
+        "times; the median of the per-turn ratios (0 = skip)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -335,6 +373,8 @@ def main() -> None:
             within = sorted(a / b for a, b in rounds)
             spread = ", ".join(f"{x:.2f}" for x in within)
             print(f"  {r.name:28s} {statistics.median(per_round[r.name]) / hf:.2f}x  ({spread})")
+        if args.pairs:
+            print(paired(trainer, reference, batches, args.pairs, sync))
         if not args.no_compile:
             print("  (offline training's compile=auto compiles a run long enough to pay the"
                   " compile back and keeps it only if it is >= 5 % faster than eager)")  # fmt: skip
