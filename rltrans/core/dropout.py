@@ -12,9 +12,10 @@ seed words from torch's generator, and element i is kept when the top 24 bits of
 integer hash of i are >= p * 2^24 (:func:`hash_keep`; two rounds of the ``lowbias32``
 permutation as tuned by Wellons' hash prospector, keyed by the seeds). The hash is a few
 integer instructions per element that Inductor vectorises, against ~4 ns per element for
-aten's serial ``uniform_`` (measured: the compiled Decision Transformer step 1.07x faster,
-median of 150 interleaved steps). So compiled and eager runs draw different masks from the
-same seed; each is exact inverted dropout and reproducible under ``torch.manual_seed``.
+aten's serial ``uniform_`` (measured: the compiled Decision Transformer step 1.05-1.07x
+faster, medians of 150 interleaved steps in two runs). So compiled and eager runs draw
+different masks from the same seed; each is exact inverted dropout and reproducible under
+``torch.manual_seed``.
 
 The float mask then passes through ``rltrans::saved_mask`` (a copy, opaque to Inductor).
 Without it Inductor fuses the hash into the consumer, LayerNorm included, and recomputes it
