@@ -97,13 +97,13 @@ def draw_seeds() -> Tensor:
     return torch.randint(-(2**31), 2**31, (2,), dtype=torch.int32)
 
 
-# A copy that Inductor cannot see through: the hash mask is computed once and saved for
-# backward, neither fused into its consumer nor recomputed there (see the module docstring).
 def copy_mask(mask: Tensor) -> Tensor:
     """A copy of mask (the body of ``rltrans::saved_mask``)."""
     return mask.clone()
 
 
+# A copy that Inductor cannot see through: the hash mask is computed once and saved for
+# backward, neither fused into its consumer nor recomputed there (see the module docstring).
 saved_mask = torch.library.custom_op(
     "rltrans::saved_mask", copy_mask, mutates_args=(), device_types="cpu"
 )
