@@ -248,7 +248,18 @@ def profile_top_ops(runner: Runner, batch: TrajectoryBatch, steps: int, rows: in
     return prof.key_averages().table(sort_by=sort, row_limit=rows, max_name_column_width=40)
 
 
-def paired(rows: list[Runner], reference: Runner, batches: list, turns: int, sync) -> str:
+def rotated(rows: list[Runner], k: int) -> list[Runner]:
+    """rows started at index k mod len(rows): the order of round or turn k."""
+    return rows[k % len(rows) :] + rows[: k % len(rows)]
+
+
+def paired(
+    rows: list[Runner],
+    reference: Runner,
+    batches: list[TrajectoryBatch],
+    turns: int,
+    sync: Callable[[], None],
+) -> str:
     """Median and quartiles of each row's per-turn speed ratio to the reference.
 
     One turn is one step of every row and of the reference, back to back, in an order that
@@ -260,9 +271,8 @@ def paired(rows: list[Runner], reference: Runner, batches: list, turns: int, syn
     ratios: dict[str, list[float]] = {r.name: [] for r in rows}
     everyone = [*rows, reference]
     for turn in range(turns):
-        order = everyone[turn % len(everyone) :] + everyone[: turn % len(everyone)]
         seconds = {}
-        for r in order:
+        for r in rotated(everyone, turn):
             t0 = CLOCK()
             r.step(batches[turn % len(batches)], sync)
             seconds[r.name] = CLOCK() - t0
@@ -347,7 +357,7 @@ def main() -> None:
         # The order rotates each round and every row gets one untimed step first: the row
         # that runs right after another model pays for re-growing the allocator's heap (that
         # alone cost the first row ~10 % in a fixed order).
-        for r in rows[k % len(rows) :] + rows[: k % len(rows)]:
+        for r in rotated(rows, k):
             phases = dict(r.phases)
             run(r, 1)
             r.phases = phases
