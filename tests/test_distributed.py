@@ -7,12 +7,14 @@ import os
 import socket
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
+from rltrans import distributed
 from rltrans.checkpoint import load_checkpoint
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.learner import ImpalaLearner
@@ -50,14 +52,17 @@ def two_updates(learner, buffers, values) -> list[float]:
     return norms
 
 
-def rank_main(rank: int, backbone: str, port: int, out: str) -> None:
-    """One of two learner processes: train on its own half of the batch."""
+def join_as(rank: int, port: int) -> None:
+    """Join a two-process gloo group as ``rank``, the way torchrun's environment says."""
     os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    from rltrans import distributed
-
     distributed.init(distributed.World.from_env(), torch.device("cpu"))
+
+
+def rank_main(rank: int, backbone: str, port: int, out: str) -> None:
+    """One of two learner processes: train on its own half of the batch."""
+    join_as(rank, port)
     agent, learner, rollouts = rollouts_and_learner(backbone)
     mine = rollouts[rank]
     norms = two_updates(learner, [mine.buffer], [mine.bootstrap_value])
@@ -83,6 +88,29 @@ def test_averaged_step_over_two_half_batches_equals_one_step_over_the_whole(back
         torch.testing.assert_close(ranked["model"][key], value, rtol=1e-5, atol=1e-6)
     moved = max((agent.state_dict()[k] - before[k]).abs().max().item() for k in before)
     assert moved > 1e-4  # the comparison is of real steps, not of untouched weights
+
+
+def release_main(rank: int, port: int, out: str) -> None:
+    """One of two learner processes: join, load the compiler stack (as compile=auto does once
+    the group exists), take part in a collective, leave; write whether the group outlived it."""
+    join_as(rank, port)
+    import torch._dynamo  # noqa: F401
+    import torch.distributed as dist
+
+    group = weakref.ref(dist.group.WORLD)
+    distributed.gather_objects(rank)
+    distributed.shutdown()
+    Path(f"{out}.{rank}").write_text("alive" if group() is not None else "freed")
+
+
+def test_leaving_frees_the_group_even_with_the_compiler_stack_loaded(tmp_path):
+    """shutdown() frees the process group, so gloo's worker threads are joined before the
+    interpreter exits. A group left alive (torch.distributed.nn.functional binds group.WORLD
+    as a default argument when imported after joining) dies during interpreter shutdown, and
+    its threads' release of the last collective's tensors then aborts the process now and then."""
+    out = tmp_path / "group"
+    mp.spawn(release_main, args=(free_port(), str(out)), nprocs=2, join=True)
+    assert [Path(f"{out}.{rank}").read_text() for rank in range(2)] == ["freed", "freed"]
 
 
 def test_only_impala_runs_under_torchrun(monkeypatch, capsys):
