@@ -17,7 +17,10 @@ every token's output instead of the state tokens' alone, both models without any
 and torch.profiler's top ops.
 
     python benchmarks/dt_throughput.py [--steps 20] [--rounds 3] [--pairs 100] [--threads 1]
-                                       [--device cpu]
+                                       [--device cpu] [--amp]
+
+``--amp`` (CUDA only) runs every row's forward and loss under bfloat16 autocast, as offline
+training does with ``algo.amp=true``; the optimizer state stays fp32.
 
 ``--pairs`` adds the paired estimate (see :func:`paired`), the one to quote on a shared
 machine: each trainer row's median per-step ratio to HF over that many turns.
@@ -29,6 +32,7 @@ rltrans alone and says so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -46,6 +50,12 @@ from rltrans.learner import Learner
 
 STATE_DIM, ACT_DIM, MAX_EP_LEN = 11, 3, 1000  # Hopper-v3 sizes, as in the paper's Gym runs
 CLOCK = time.process_time  # CPU: this process's CPU time; CUDA runs switch to wall time
+AMP = False  # --amp: bfloat16 autocast around every forward and loss (CUDA only)
+
+
+def autocast() -> contextlib.AbstractContextManager:
+    """bfloat16 autocast for a forward and loss with ``--amp``, else nothing."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if AMP else contextlib.nullcontext()
 
 
 def make_batches(n: int, b: int, k: int, device: torch.device) -> list[TrajectoryBatch]:
@@ -79,7 +89,8 @@ class Runner:
     def step(self, batch: TrajectoryBatch, sync: Callable[[], None]) -> None:
         """Forward + loss, backward, clip + AdamW; adds each phase's seconds to self.phases."""
         t0 = CLOCK()
-        loss = self.forward_loss(batch)
+        with autocast():
+            loss = self.forward_loss(batch)
         sync()
         t1 = CLOCK()
         self.optimizer.zero_grad(set_to_none=True)
@@ -132,7 +143,8 @@ class TrainerRunner(Runner):
     def step(self, batch: TrajectoryBatch, sync: Callable[[], None]) -> None:
         """Forward + loss, then the learner's backward, clip and AdamW (timed as backward)."""
         t0 = CLOCK()
-        loss = self.forward_loss(batch)
+        with autocast():
+            loss = self.forward_loss(batch)
         sync()
         t1 = CLOCK()
         self.learner.step(loss)
@@ -295,6 +307,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 0 = default")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--amp", action="store_true", help="bfloat16 autocast (CUDA only)")
     parser.add_argument(
         "--no-compile", action="store_true", help="leave out the compiled trainer row"
     )
@@ -310,8 +323,12 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.amp and device.type != "cuda":
+        parser.error(f"--amp needs a CUDA --device (got {args.device!r}); training ignores "
+                     "algo.amp on CPU too")  # fmt: skip
     torch.manual_seed(0)
-    global CLOCK
+    global CLOCK, AMP
+    AMP = args.amp
     if device.type == "cuda" or torch.get_num_threads() > 1:
         CLOCK = time.perf_counter  # CPU time would add up the threads
 
@@ -338,6 +355,7 @@ def main() -> None:
         f"tokens/window), 128-dim, 3 layers, 1 head, dropout 0.1 | device {device} | torch "
         f"{torch.__version__}, {torch.get_num_threads()} threads | clock: "
         f"{'process CPU time' if CLOCK is time.process_time else 'wall time'}"
+        f"{' | bfloat16 autocast' if AMP else ''}"
     )
     if reference is None:
         print("reference: transformers is NOT installed (pip install -e '.[bench]'); rltrans only")
