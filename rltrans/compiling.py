@@ -52,8 +52,16 @@ AOTI = torch.torch_version.TorchVersion(torch.__version__) >= (2, 6)
 
 
 def compiled(fn: Callable, *, fullgraph: bool = False) -> Callable:
-    """``torch.compile(fn)`` with rltrans' options: static shapes, the C++ wrapper."""
-    return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=OPTIONS)
+    """``torch.compile(fn)`` with rltrans' options: static shapes, the C++ wrapper, and
+    :class:`~rltrans.column_sums.ColumnSumsAsGemv` on the graphs after autograd."""
+    options = dict(OPTIONS)
+    try:  # needs torch._inductor (imported here, not at module import) and its pass API
+        from rltrans.column_sums import ColumnSumsAsGemv
+
+        options["post_grad_custom_post_pass"] = ColumnSumsAsGemv()
+    except ImportError:  # a torch without custom graph passes: Inductor's own sums
+        pass
+    return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=options)
 
 
 class _Bound(nn.Module):
