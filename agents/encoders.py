@@ -102,15 +102,20 @@ class MLPEncoder(nn.Module):
         return self.net(x.reshape(*lead, -1).float())  # (..., prod(event))
 
 
+# The conv stacks' ReLUs work in place: a convolution's backward reads its input, never its
+# output, so the output can hold the ReLU's (which its backward reads) and the stack keeps one
+# activation per layer instead of two (MiniGrid's 512-frame minibatch: 42 MB less).
+
+
 def _nature_conv(in_channels: int) -> nn.Sequential:
     # Mnih et al. 2015, Methods "Model architecture": 32 8x8/4, 64 4x4/2, 64 3x3/1, ReLU each.
     return nn.Sequential(
         layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
-        nn.ReLU(),
+        nn.ReLU(inplace=True),
         layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-        nn.ReLU(),
+        nn.ReLU(inplace=True),
         layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-        nn.ReLU(),
+        nn.ReLU(inplace=True),
     )
 
 
@@ -119,11 +124,11 @@ def _small_conv(in_channels: int) -> nn.Sequential:
     # halve the side before the flatten. Our choice; no published standard for such inputs.
     return nn.Sequential(
         layer_init(nn.Conv2d(in_channels, 32, 3, stride=1, padding=1)),
-        nn.ReLU(),
+        nn.ReLU(inplace=True),
         layer_init(nn.Conv2d(32, 64, 3, stride=2, padding=1)),
-        nn.ReLU(),
+        nn.ReLU(inplace=True),
         layer_init(nn.Conv2d(64, 64, 3, stride=1, padding=1)),
-        nn.ReLU(),
+        nn.ReLU(inplace=True),
     )
 
 
@@ -155,7 +160,10 @@ class ImageEncoder(nn.Module):
         """(..., *image) -> (..., out_dim)."""
         lead = x.shape[: x.ndim - self.event_ndim]
         x = x.reshape(-1, *self._event_shape).permute(self._to_chw)  # (B*, C, H, W)
-        y = self.head(self.conv(x.float() * self.scale))  # (B*, out_dim)
+        # Integer frames -> our own float copy, scaled in place (one float copy of the frames,
+        # not two); a float input is the caller's tensor and is never scaled in place.
+        x = x.float() * self.scale if x.is_floating_point() else x.float().mul_(self.scale)
+        y = self.head(self.conv(x))  # (B*, out_dim)
         return y.reshape(*lead, self.out_dim)
 
 

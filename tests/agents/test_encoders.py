@@ -140,6 +140,35 @@ def test_uint8_images_are_scaled_by_1_over_255() -> None:
     assert as_u8(x).abs().max() < 100  # unscaled 0..255 inputs would blow the activations up
 
 
+@pytest.mark.parametrize(
+    ("space_dtype", "frames"), [(np.uint8, "uint8"), (np.uint8, "float"), (np.float32, "float")]
+)
+def test_image_encoder_in_place_work_leaves_inputs_and_gradients_alone(
+    space_dtype: type, frames: str
+) -> None:
+    """The in-place scaling and ReLUs: the caller's frames are unchanged (a float frame is
+    never scaled in place, even by a uint8 space's 1/255) and outputs and gradients equal
+    out-of-place reference math."""
+    torch.manual_seed(0)
+    enc = build_encoder(spaces.Box(0, 255, (40, 36, 3), space_dtype), D)
+    x = torch.randint(0, 256, (5, 40, 36, 3), dtype=torch.uint8)
+    x = x if frames == "uint8" else x.float()
+    before = x.clone()
+    out = enc(x)
+    assert torch.equal(x, before)
+    convs = [m for m in enc.conv if isinstance(m, torch.nn.Conv2d)]
+    h = x.permute(0, 3, 1, 2).float() * enc.scale  # (B, C, H, W)
+    for conv in convs:
+        h = torch.nn.functional.relu(conv(h))
+    lin1, lin2 = enc.head[1], enc.head[3]
+    want = lin2(torch.nn.functional.relu(lin1(h.flatten(1))))
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    grads = torch.autograd.grad(out.square().sum(), list(enc.parameters()))
+    refs = torch.autograd.grad(want.square().sum(), list(enc.parameters()))
+    for g, r in zip(grads, refs, strict=True):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+
+
 def test_nature_cnn_architecture() -> None:
     enc = build_encoder(spaces.Box(0, 255, (4, 84, 84), np.uint8), D)
     convs = [m for m in enc.conv if isinstance(m, torch.nn.Conv2d)]
