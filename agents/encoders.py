@@ -104,7 +104,7 @@ class MLPEncoder(nn.Module):
 
 # The conv stacks' ReLUs work in place: a convolution's backward reads its input, never its
 # output, so the output can hold the ReLU's (which its backward reads) and the stack keeps one
-# activation per layer instead of two (MiniGrid's 512-frame minibatch: 42 MB less).
+# activation per layer instead of two (MiniGrid's 512-frame minibatch: 42 MB fewer live tensors).
 
 
 def _nature_conv(in_channels: int) -> nn.Sequential:

@@ -17,7 +17,7 @@ on the fly (LayerNorm's weight gradient, ``sum(dY * x_hat)``) stay with Inductor
 the kernel that computes them.
 
 In the Decision Transformer's compiled training step (paper config, one thread) the pass
-rewrites 19 sums and the step runs 1.015-1.017x faster (median per-step ratio over 80-100
+rewrites 19 sums and the step runs 1.015-1.017x faster (median per-step ratio over 60-100
 interleaved steps, three runs). The PPO benchmark configs' minibatches (256 rows per
 minibatch or per stream) stay below :data:`MIN_ROWS` and are untouched.
 
@@ -55,8 +55,8 @@ def _feeds_or_is_a_matmul(x: Node) -> bool:
 
 
 def _rows_and_columns(node: Node) -> tuple[Node, int, int] | None:
-    """(x, R, D) when ``node`` is a sum of a matmul operand over all but its last dim that
-    the pass should rewrite, else None."""
+    """(x, R, D) when ``node`` sums a matmul output or operand over all but its last dim, as
+    the pass should rewrite; else None."""
     if node.op != "call_function" or node.target is not aten.sum.dim_IntList:
         return None
     x, dims = node.args[0], node.args[1]
