@@ -52,14 +52,17 @@ AOTI = torch.torch_version.TorchVersion(torch.__version__) >= (2, 6)
 
 
 def compiled(fn: Callable, *, fullgraph: bool = False) -> Callable:
-    """``torch.compile(fn)`` with rltrans' options: static shapes, the C++ wrapper, and
+    """``torch.compile(fn)`` with rltrans' options: static shapes, the C++ wrapper,
+    :class:`~rltrans.saved_masks.SaveDropoutMasks` on the joint forward-backward graph and
     :class:`~rltrans.column_sums.ColumnSumsAsGemv` on the graphs after autograd."""
     options = dict(OPTIONS)
     try:  # needs torch._inductor (imported here, not at module import) and its pass API
         from rltrans.column_sums import ColumnSumsAsGemv
+        from rltrans.saved_masks import SaveDropoutMasks
 
+        options["joint_custom_post_pass"] = SaveDropoutMasks()
         options["post_grad_custom_post_pass"] = ColumnSumsAsGemv()
-    except ImportError:  # a torch without custom graph passes: Inductor's own sums
+    except ImportError:  # a torch without custom graph passes: Inductor's own graphs
         pass
     return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=options)
 

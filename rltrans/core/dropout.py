@@ -20,10 +20,13 @@ different masks from the same seed; each is exact inverted dropout and reproduci
 The float mask then passes through ``rltrans::saved_mask`` (a copy, opaque to Inductor).
 Without it Inductor fuses the hash into the consumer, LayerNorm included, and recomputes it
 and the LayerNorm in backward; with it the mask is computed once and saved (measured: the
-compiled DT step was no faster than with uniforms when the hash was left to fuse). Tensors of
-2^31 elements or more, past the int32 counter, keep uniforms in compiled graphs too, through
-``rltrans::keep_from_uniform``: left to itself Inductor saves the comparison as a boolean
-mask, whose byte stores its AVX2 code does one element at a time.
+compiled DT step was no faster than with uniforms when the hash was left to fuse). Programs
+compiled by :func:`rltrans.compiling.compiled` then drop the copy again, on the joint graph,
+and tag the mask as a value the partitioner must save (:mod:`rltrans.saved_masks`): the mask
+is still computed once, without the copy's extra pass. A plain ``torch.compile`` keeps the
+copy. Tensors of 2^31 elements or more, past the int32 counter, keep uniforms in compiled
+graphs too, through ``rltrans::keep_from_uniform``: left to itself Inductor saves the
+comparison as a boolean mask, whose byte stores its AVX2 code does one element at a time.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ def copy_mask(mask: Tensor) -> Tensor:
 
 # A copy that Inductor cannot see through: the hash mask is computed once and saved for
 # backward, neither fused into its consumer nor recomputed there (see the module docstring).
+# rltrans.saved_masks removes it from rltrans' compiled programs and tags the mask instead.
 saved_mask = torch.library.custom_op(
     "rltrans::saved_mask", copy_mask, mutates_args=(), device_types="cpu"
 )
