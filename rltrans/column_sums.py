@@ -39,18 +39,18 @@ aten = torch.ops.aten
 MIN_ROWS = 512  # shorter sums: a GEMV call saved nothing (256 x 64: 0.87x, 512 x 128: 1.2x)
 MIN_COLUMNS = 128  # narrower: a few cache lines per row, where Inductor's loop is as fast
 _MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default)
-_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)  # reshapes
 
 
 def _feeds_or_is_a_matmul(x: Node) -> bool:
     """True when ``x`` is materialised anyway: a matmul's output, or (directly or through a
     view or a transpose) one of its operands."""
     base = x
-    while base.op == "call_function" and base.target in _VIEWS:
+    while base.op == "call_function" and base.target in VIEWS:
         base = base.args[0]
     if base.op == "call_function" and base.target in _MATMULS:
         return True
-    views = [u for u in x.users if u.target in (*_VIEWS, aten.permute.default, aten.t.default)]
+    views = [u for u in x.users if u.target in (*VIEWS, aten.permute.default, aten.t.default)]
     return any(u.target in _MATMULS for n in (x, *views) for u in n.users)
 
 

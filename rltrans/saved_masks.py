@@ -22,22 +22,20 @@ eager process never loads.
 
 from __future__ import annotations
 
-import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch.fx import Graph, Node
 from torch.utils.checkpoint import CheckpointPolicy
 
+from rltrans import column_sums
+from rltrans.column_sums import VIEWS
 from rltrans.core.dropout import saved_mask
-
-aten = torch.ops.aten
-_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def _save(node: Node) -> None:
     """Tag ``node`` and the bases it is a view of as values the partitioner must save."""
     while True:
         node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
-        if node.op != "call_function" or node.target not in _VIEWS:
+        if node.op != "call_function" or node.target not in VIEWS:
             return
         node = node.args[0]
 
@@ -57,5 +55,5 @@ class SaveDropoutMasks(CustomGraphPass):
             graph.erase_node(node)
 
     def uuid(self) -> bytes:
-        """Cache key of the pass: this file's contents (a change recompiles)."""
-        return get_hash_for_files((__file__,))
+        """Cache key of the pass: its files' contents (a change recompiles)."""
+        return get_hash_for_files((__file__, column_sums.__file__))
