@@ -27,7 +27,6 @@ from torch.fx import Graph, Node
 from torch.utils.checkpoint import CheckpointPolicy
 
 from rltrans import column_sums
-from rltrans.column_sums import VIEWS
 from rltrans.core.dropout import saved_mask
 
 
@@ -35,7 +34,7 @@ def _save(node: Node) -> None:
     """Tag ``node`` and the bases it is a view of as values the partitioner must save."""
     while True:
         node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
-        if node.op != "call_function" or node.target not in VIEWS:
+        if node.op != "call_function" or node.target not in column_sums.VIEWS:
             return
         node = node.args[0]
 
