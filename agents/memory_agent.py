@@ -9,13 +9,15 @@ Every backbone's ``forward`` returns a ``BackboneOutput(hidden, memory, aux)`` a
 ``step`` a ``StepOutput(hidden, state, aux)``; ``aux`` is empty except for a backbone that
 declares ``ponders`` (the Universal Transformer: ACT's ponder cost, halting steps, ...).
 Training turns ``aux`` into loss terms and statistics with a function picked once at build
-time from that flag, and acting takes the compiled path where the backbone declares
-``pure_step``, so ``act`` and ``evaluate`` hold no branch on the backbone kind.
+time from that flag, so ``act`` and ``evaluate`` hold no branch on the backbone kind. Where
+the backbone declares ``pure_step``, the acting step's math is also offered as a pure
+function (``begin_step`` / ``act_outputs`` / ``end_step``) that ``rltrans.accel`` compiles
+from outside.
 
 Agent interface: ``initial_state(num_envs)``, ``refresh_state(state)``,
 ``act(obs, state, done) -> (ActOutput, state)``, ``evaluate(segment) ->
 (log_prob, entropy, value, aux)``. ``aux`` follows the learner's convention
-(:class:`rltrans.learner.PPOLearner`): ``loss_*`` entries are added to the
+(:class:`rltrans.learners.ppo.PPOLearner`): ``loss_*`` entries are added to the
 loss, other 0-d entries are logged as ``losses/<name>``, and (B, L) entries
 with one value per token are logged as histograms ``charts/<name>``.
 """
@@ -37,7 +39,6 @@ from rltrans.backbones.base import Backbone
 from rltrans.backbones.gtrxl import PRESETS, TransformerStack, preset_config
 from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
 from rltrans.backbones.universal import UniversalTransformer
-from rltrans.compiling import AheadOfTime
 from rltrans.core.attention import check_choice
 from rltrans.core.block import BlockConfig
 from rltrans.types import ActOutput, Aux, Segment, Tree, tree_map
@@ -199,7 +200,6 @@ class MemoryAgent(nn.Module):
         self.backbone = build_backbone(backbone, dim, layers, heads, memory, **backbone_options)
         self.policy = build_action_head(action_space, dim)
         self.value = layer_init(nn.Linear(dim, 1), gain=1.0)
-        self.compiled_act: Callable | None = None  # act_outputs compiled (compile_step)
         # What evaluate() makes of the backbone's aux, chosen once here from its declared
         # capability; module-level functions and partials keep the agent picklable.
         self.training_aux: Callable[[Aux], Aux] = no_aux
@@ -213,15 +213,23 @@ class MemoryAgent(nn.Module):
                 f"tau (ponder-cost weight) only applies to backbone 'universal', not {backbone!r}"
             )
 
-    def compile_step(self) -> bool:
-        """Compile the acting step (encoder, backbone step, heads, sampling) as one program
-        where the backbone's step is a pure function (the transformer stacks), ahead of time
-        at the first call (``rltrans.compiling.AheadOfTime``); the state work around it stays
-        eager. Returns whether it did."""
-        if not self.backbone.pure_step:
-            return False
-        self.compiled_act = AheadOfTime(self.act_outputs, self)
-        return True
+    @property
+    def compilable_step(self) -> bool:
+        """Whether the acting step's math is a pure function of tensors (the transformer
+        stacks), which ``begin_step`` / ``act_outputs`` / ``end_step`` split out so that it
+        can be compiled from outside (``rltrans.accel.acting``)."""
+        return bool(self.backbone.pure_step)
+
+    def begin_step(self, state: Tree, done: Tensor | None) -> tuple[Tree, tuple]:
+        """Episode resets of ``state`` (when ``done`` is given) and the inputs of
+        :meth:`act_outputs` read from it."""
+        return self.backbone.step_begin(state, done, self.value.weight.dtype)
+
+    def end_step(self, state: Tree, outputs: tuple) -> tuple[ActOutput, Tree]:
+        """The step's :class:`ActOutput` and new state from :meth:`act_outputs`' outputs."""
+        action, log_prob, value, *cache = outputs
+        out = ActOutput(action, self.policy.env_action_tensor(action), log_prob, value)
+        return out, self.backbone.step_end(state, *cache)
 
     def act_outputs(
         self, obs: Tree, deterministic: Tensor, *inputs: Any
@@ -233,10 +241,6 @@ class MemoryAgent(nn.Module):
         dist = self.policy(h)
         action = torch.where(deterministic, dist.mode(), dist.sample())
         return action, dist.log_prob(action), self.value(h)[..., 0], *cache
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the compiled step (compile again after unpickling)."""
-        return {**super().__getstate__(), "compiled_act": None}
 
     def encode(self, obs: Tree) -> Tensor:
         """Normalised (if enabled) and encoded observations (..., D)."""
@@ -270,12 +274,6 @@ class MemoryAgent(nn.Module):
         self, obs: Tree, state: Tree, done: Tensor, *, deterministic: bool = False
     ) -> tuple[ActOutput, Tree]:
         """One step for N envs: obs (N, ...), done (N,) = a new episode starts at this obs."""
-        if self.compiled_act is not None:
-            state, inputs = self.backbone.step_begin(state, done, self.value.weight.dtype)
-            mode = torch.tensor(deterministic, device=done.device)
-            action, log_prob, value, *cache = self.compiled_act(obs, mode, *inputs)
-            out = ActOutput(action, self.policy.env_action_tensor(action), log_prob, value)
-            return out, self.backbone.step_end(state, *cache)
         h, state, _ = self.backbone.step(self.encode(obs), state, done)  # aux: unused here
         dist = self.policy(h)
         action = dist.mode() if deterministic else dist.sample()
@@ -292,10 +290,6 @@ class MemoryAgent(nn.Module):
 
         Used to bootstrap truncated episodes from their final observation.
         """
-        if self.compiled_act is not None:  # step_begin without ``done`` writes nothing
-            _, inputs = self.backbone.step_begin(state, None, self.value.weight.dtype)
-            mode = torch.tensor(True, device=self.value.weight.device)
-            return self.compiled_act(obs, mode, *inputs)[2]
         h = self.backbone.step(self.encode(obs), tree_map(torch.clone, state), None).hidden
         return self.value(h)[..., 0]
 

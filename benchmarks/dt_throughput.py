@@ -42,11 +42,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rltrans.accel.compile import compiled
 from rltrans.agents.dt import build_decision_transformer
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryBuffer, TrajectoryStats
-from rltrans.compiling import compiled
 from rltrans.envs.offline import Episode, OfflineDataset
-from rltrans.learner import Learner
+from rltrans.learners import Learner
 
 STATE_DIM, ACT_DIM, MAX_EP_LEN = 11, 3, 1000  # Hopper-v3 sizes, as in the paper's Gym runs
 CLOCK = time.process_time  # CPU: this process's CPU time; CUDA runs switch to wall time

@@ -31,7 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import load_config, to_container
 from rltrans.envs import make_env
-from rltrans.learner import PPOLearner
+from rltrans.learners import PPOLearner
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 

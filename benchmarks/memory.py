@@ -68,12 +68,12 @@ def main() -> None:
     import rltrans.trainers.ppo as ppo
     from rltrans import train
     from rltrans.buffers.rollout import RolloutBuffer
-    from rltrans.learner import PPOLearner
+    from rltrans.learners import PPOLearner
     from rltrans.run import Run
     from rltrans.runtime.actors import LocalActor
 
     mark("imports")
-    for name in ("make_env", "build_agent", "PPOLearner", "LocalActor", "thread_tuners"):
+    for name in ("make_env", "build_agent", "PPOLearner", "LocalActor", "speed"):
         phase(ppo, name)
     phase(LocalActor, "collect", "rollout")
     phase(RolloutBuffer, "compute_advantages", "GAE")

@@ -185,7 +185,7 @@ class PPOSetup:
     def __init__(self, agent: str, env: str, updates: int, extra: tuple[str, ...] = ()) -> None:
         from rltrans.buffers.rollout import RolloutBuffer
         from rltrans.envs import make_env
-        from rltrans.learner import PPOLearner
+        from rltrans.learners import PPOLearner
         from rltrans.registry import build_agent
         from rltrans.runtime.actors import LocalActor
 

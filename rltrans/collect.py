@@ -35,9 +35,11 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec, WrapperSpec
 from omegaconf import DictConfig, OmegaConf
 
-from rltrans.config import ConfigError, run_cli
+from rltrans.accel import thread_tuners
+from rltrans.cli import run_cli
+from rltrans.config import ConfigError
 from rltrans.policy import check_env_code
-from rltrans.run import building, payload_spaces, setup, thread_tuners
+from rltrans.run import building, payload_spaces, setup
 from rltrans.spaces import SpaceMismatchError, check_same_spaces
 
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -214,7 +216,9 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
     device = setup(cfg)
     policy, spec, name, info = resolve_policy(cfg, device)
     epsilons = _epsilons(cfg)
-    threads = thread_tuners(cfg, device, None, "acting step").get("acting step")
+    threads = thread_tuners(cfg.get("torch_threads"), device, None, "acting step").get(
+        "acting step"
+    )
     deterministic = cfg.deterministic
     if deterministic is None:  # the policy's default
         deterministic = info.get("deterministic", False)

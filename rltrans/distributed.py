@@ -61,13 +61,13 @@ def init(world: World, device: torch.device) -> None:
     """Join the process group (gloo for CPU learners, nccl for CUDA ones); no-op alone."""
     if not world.distributed or dist.is_initialized():
         return
-    # Import torch's compiler stack (compile=auto loads it) before joining, never after.
-    # Modules it pulls in (torch.distributed.nn.functional) take ``group.WORLD`` as a
-    # default argument: imported while a group exists, they hold it, destroy_process_group
-    # no longer frees it, and gloo's worker threads outlive it into interpreter shutdown,
-    # where releasing the last collective's tensors aborts the process ("terminate called
-    # without an active exception") now and then, after a run that finished.
-    import torch._dynamo  # noqa: F401
+    # Import torch.distributed.nn.functional before joining, never after. Its functions take
+    # ``group.WORLD`` as a default argument, and torch's compiler stack (compile=auto loads it)
+    # imports it: imported while a group exists, it holds the group, destroy_process_group no
+    # longer frees it, and gloo's worker threads outlive it into interpreter shutdown, where
+    # releasing the last collective's tensors aborts the process ("terminate called without
+    # an active exception") now and then, after a run that finished.
+    import torch.distributed.nn.functional  # noqa: F401
 
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(

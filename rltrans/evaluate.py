@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from rltrans.accel import thread_tuners
 from rltrans.checkpoint import load_checkpoint
-from rltrans.config import ConfigError, run_cli
+from rltrans.cli import run_cli
+from rltrans.config import ConfigError
 from rltrans.envs import make_env
 from rltrans.policy import agent_from_checkpoint, check_env_code, resolve_checkpoint
-from rltrans.run import building, payload_spaces, setup, thread_tuners
+from rltrans.run import building, payload_spaces, setup
 from rltrans.runtime.episodes import VideoRecorder
 from rltrans.runtime.evaluation import evaluate_episodes, evaluate_targets
 from rltrans.spaces import check_same_spaces
@@ -121,10 +123,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     try:
         env_spaces = (envs.single_observation_space, envs.single_action_space)
         check_same_spaces(payload_spaces(payload), env_spaces)
+        tuners = thread_tuners(cfg.get("torch_threads"), device, None, "acting step")
         common = dict(
             seed=cfg.seed, device=device, deterministic=bool(deterministic),
             max_steps=cfg.max_steps, on_step=video,
-            threads=thread_tuners(cfg, device, None, "acting step").get("acting step"),
+            threads=tuners.get("acting step"),
         )  # fmt: skip
         if conditioned:
             results = evaluate_targets(agent, envs, targets, cfg.episodes, **common)

@@ -28,12 +28,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rltrans.accel.threads import AUTO, ThreadTuner, tuned
 from rltrans.checkpoint import CheckpointError, load_checkpoint
 from rltrans.config import ConfigError
 from rltrans.registry import AgentEntry, RegistryError, agent_entry, build_agent
 from rltrans.run import payload_spaces, set_threads
 from rltrans.spaces import obs_to_tensor
-from rltrans.threads import AUTO, ThreadTuner, tuned
 from rltrans.types import Tree, tree_leaves
 
 

@@ -25,7 +25,7 @@ import random
 import secrets
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rltrans import distributed
+from rltrans.accel.threads import set_threads
 from rltrans.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -43,11 +44,9 @@ from rltrans.checkpoint import (
     restore_rng_state,
     rng_state,
 )
-from rltrans.compiling import AutoCompile
 from rltrans.config import ConfigError, to_container
 from rltrans.distributed import World
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
-from rltrans.threads import AUTO, ThreadTuner, set_threads
 
 # Keys a resumed run may change; every other key keeps the run's saved value.
 RESUMABLE_KEYS: tuple[str, ...] = (
@@ -76,77 +75,6 @@ def select_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={name} but torch sees no CUDA device; use device=cpu or auto")
     return torch.device(name)
-
-
-def _report(line: str) -> None:
-    """A line for the user on stderr (what an ``auto`` choice decided)."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def thread_tuners(
-    cfg: DictConfig,
-    device: torch.device,
-    saved: dict[str, Any] | None = None,
-    *names: str,
-    streams: tuple[str, ...] = (),
-) -> dict[str, ThreadTuner]:
-    """``torch_threads=auto`` on CPU: one :class:`ThreadTuner` per kind of call in ``names``
-    (e.g. ``learner step``, ``acting step``), restored from a checkpoint's ``saved`` choices;
-    each reports its choice on stderr. The calls named in ``streams`` can also run as
-    one-thread streams (not under torchrun, whose collectives stay on the main thread).
-    Empty for a fixed count or a CUDA device."""
-    if cfg.get("torch_threads") != AUTO or device.type != "cpu":
-        return {}
-    split = () if distributed.active() else streams
-    tuners = {name: ThreadTuner(name, streams=name in split, report=_report) for name in names}
-    for name, state in (saved or {}).items():
-        if name in tuners:
-            tuners[name].load_state_dict(state)
-    return tuners
-
-
-def compile_choice(
-    cfg: DictConfig, learner: Any, agent: Any, updates_left: int, saved: str | None = None
-) -> AutoCompile | None:
-    """What ``compile`` asks of an online trainer: ``true`` compiles the learner's loss and
-    the agent's acting step now (said on stderr); ``auto`` returns an :class:`AutoCompile`
-    that decides after the first updates (or applies a checkpoint's ``saved`` choice);
-    ``false`` returns None."""
-
-    def enable() -> str:
-        learner.use_compiled(True)
-        return "the loss and the acting step" if agent.compile_step() else "the loss"
-
-    def disable() -> None:
-        learner.use_compiled(False)
-        agent.compiled_act = None
-
-    return choose_compile(cfg, updates_left, saved, enable=enable, disable=disable)
-
-
-def choose_compile(
-    cfg: DictConfig,
-    updates_left: int,
-    saved: str | None,
-    *,
-    enable: Callable[[], str],
-    disable: Callable[[], Any],
-    measure: int = 2,
-) -> AutoCompile | None:
-    """``compile`` for any trainer: ``true`` calls ``enable`` now (it returns what it
-    compiles, said on stderr), ``auto`` returns an :class:`AutoCompile` over ``updates_left``
-    updates that times the first ``measure`` (or applies a checkpoint's ``saved`` choice),
-    ``false`` returns None."""
-
-    if cfg.compile == "auto":
-        chooser = AutoCompile(
-            updates_left, enable=enable, disable=disable, report=_report, measure=measure
-        )
-        chooser.restore(saved)
-        return chooser
-    if cfg.compile:
-        _report(f"compile=true: the first update compiles {enable()} (~15-60 s)")
-    return None
 
 
 def seed_everything(seed: int) -> None:
@@ -520,8 +448,6 @@ def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
 __all__ = [
     "RESUMABLE_KEYS",
     "Run",
-    "choose_compile",
-    "compile_choice",
     "load_checkpoint",
     "payload_spaces",
     "resume_config",
@@ -529,5 +455,4 @@ __all__ = [
     "select_device",
     "set_threads",
     "setup",
-    "thread_tuners",
 ]

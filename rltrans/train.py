@@ -13,7 +13,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rltrans.config import ConfigError, run_cli
+from rltrans.cli import run_cli
+from rltrans.config import ConfigError
 
 Trainer = Callable[[DictConfig, Sequence[str]], dict[str, Any]]
 

@@ -8,10 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rltrans.collect import main as collect_main
-from rltrans.config import default_config, load_config
+from rltrans.config import Spec, config_specs, default_config, load_config
 from rltrans.evaluate import main as evaluate_main
-from rltrans.schema import config_specs
-from rltrans.spec import Spec
 from rltrans.train import main as train_main
 
 MAINS = {"train": train_main, "evaluate": evaluate_main, "collect": collect_main}

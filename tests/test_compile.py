@@ -8,14 +8,16 @@ import pytest
 import torch
 from torch import nn
 
-import rltrans.compiling
+import rltrans.accel.compile
+from rltrans.accel import Accel, CompiledActing, compiled_acting
+from rltrans.accel.compile import AheadOfTime, AutoCompile, _load, _package_path
+from rltrans.accel.threads import ThreadTuner
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.checkpoint import load_checkpoint
-from rltrans.compiling import AheadOfTime, AutoCompile, _load, _package_path
 from rltrans.config import load_config
 from rltrans.envs import make_env
-from rltrans.learner import PPOLearner
+from rltrans.learners import PPOLearner
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
@@ -33,16 +35,14 @@ def tiny_agent(backbone: str = "gtrxl") -> MemoryAgent:
 
 
 @pytest.fixture(scope="module")
-def compiled_pair() -> tuple[MemoryAgent, MemoryAgent]:
-    """A tiny GTrXL agent and its twin with the compiled acting step (compiled once here)."""
+def compiled_pair() -> tuple[MemoryAgent, CompiledActing]:
+    """A tiny GTrXL agent and its twin acting through the compiled step (compiled once here)."""
     eager = tiny_agent().eval()
-    fast = copy.deepcopy(eager)
-    assert fast.compile_step()
-    return eager, fast
+    return eager, CompiledActing(copy.deepcopy(eager))
 
 
 def test_compiled_act_equals_eager_act_across_episode_ends(compiled_pair):
-    """compile_step: action, log-prob, value and the cached state match the eager act."""
+    """The compiled acting step: action, log-prob, value and cached state match the eager act."""
     eager, fast = compiled_pair
     torch.manual_seed(1)
     obs, dones = torch.randn(9, 5, 3), torch.rand(9, 5) < 0.2
@@ -63,8 +63,10 @@ def test_compiled_act_equals_eager_act_across_episode_ends(compiled_pair):
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     out, _ = fast.act(obs[0], s_fast, dones[0])  # sampling: the same compiled program
     assert out.action.shape == (5,)
-    assert len(fast.compiled_act.runners) == 1
-    assert not tiny_agent("lstm").compile_step()  # no pure step to compile: stays eager
+    assert len(fast.program.runners) == 1
+    assert compiled_acting(tiny_agent("lstm")) is None  # no pure step to compile: stays eager
+    with pytest.raises(ValueError, match="no compilable acting step"):
+        CompiledActing(tiny_agent("lstm"))
 
 
 def test_compiled_sampling_follows_the_policy(compiled_pair):
@@ -79,7 +81,7 @@ def test_compiled_sampling_follows_the_policy(compiled_pair):
         probs = eager.policy(h).log_p.exp()  # (5, 3)
         counts = torch.zeros(5, 3)
         for _ in range(2000):
-            action, log_prob, *_ = fast.compiled_act(obs, torch.tensor(False), *inputs)
+            action, log_prob, *_ = fast.program(obs, torch.tensor(False), *inputs)
             counts[torch.arange(5), action] += 1
             torch.testing.assert_close(log_prob, probs.log().gather(1, action[:, None])[:, 0])
     torch.testing.assert_close(counts / 2000, probs, rtol=0, atol=0.05)
@@ -89,8 +91,8 @@ def test_compiled_act_takes_the_contexts_of_the_state_after_a_weight_change(comp
     """The per-step contexts (xl's W_kR R) are inputs of the compiled program, carried in the
     state: after an in-place update of W_kR and refresh_state, the compiled step equals the
     eager one; with the state from before the refresh it acts on the old contexts."""
-    eager, fast = (copy.deepcopy(agent) for agent in compiled_pair)
-    assert fast.compile_step()  # the program is in the cache folder already: loaded, not built
+    eager = copy.deepcopy(compiled_pair[0])
+    fast = CompiledActing(copy.deepcopy(eager))  # the program is cached already: loaded
     torch.manual_seed(3)
     obs, done = torch.randn(4, 5, 3), torch.ones(5, dtype=torch.bool)
     s_eager, s_fast = eager.initial_state(5), fast.initial_state(5)
@@ -152,7 +154,7 @@ def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape(tmp_path, m
 
 def test_without_aotinductor_the_step_falls_back_to_torch_compile(monkeypatch):
     """Before torch 2.6 (no AOTInductor packages) the same call runs under torch.compile."""
-    monkeypatch.setattr(rltrans.compiling, "AOTI", False)
+    monkeypatch.setattr(rltrans.accel.compile, "AOTI", False)
     lin = nn.Linear(3, 2)
     fast = AheadOfTime(lambda x: lin(x).relu(), lin)
     x = torch.randn(4, 3)
@@ -199,7 +201,9 @@ def test_compiled_ppo_update_equals_eager_update():
     twin = copy.deepcopy(agent)
     results = []
     for model, compile in ((agent, False), (twin, True)):
-        learner = PPOLearner(model, ppo=PPO, lr=1e-3, total_updates=2, compile=compile)
+        accel = Accel()
+        accel.use_compiled(compile)
+        learner = PPOLearner(model, ppo=PPO, lr=1e-3, total_updates=2, accel=accel)
         metrics = learner.update(buffer, torch.Generator().manual_seed(0))
         results.append((metrics, model.state_dict()))
     (m_eager, p_eager), (m_fast, p_fast) = results
@@ -288,7 +292,7 @@ def test_compiled_dt_loss_equals_eager(continuous):
     batch = random_batch(space, pad=2)
     loss, metrics = eager_model.loss(batch)
     loss.backward()
-    fast_loss, fast_metrics = rltrans.compiling.compiled(fast_model.loss)(batch)
+    fast_loss, fast_metrics = rltrans.accel.compile.compiled(fast_model.loss)(batch)
     fast_loss.backward()
     torch.testing.assert_close(fast_loss, loss, rtol=1e-5, atol=1e-6)
     for k in metrics:
@@ -300,17 +304,49 @@ def test_compiled_dt_loss_equals_eager(continuous):
 
 def test_compiled_loss_waits_for_the_thread_choice():
     """While torch_threads=auto times thread counts the learner trains through the eager loss
-    (compiled kernels keep the thread count of compile time); then through the chosen one."""
-    from rltrans.learner import PPOLearner
-    from rltrans.threads import ThreadTuner
+    (compiled kernels keep the thread count of compile time); then through the compiled one,
+    compiled once and kept."""
 
-    agent = torch.nn.Linear(2, 2)
-    ppo = {"epochs": 1, "num_minibatches": 1, "clip_coef": 0.2, "vf_clip_coef": None,
-           "ent_coef": 0.0, "vf_coef": 0.5, "normalize_advantages": True}  # fmt: skip
-    learner = PPOLearner(agent, ppo=ppo, lr=1e-3, total_updates=1)
-    learner.loss = compiled_stand_in = object()  # what use_compiled(True) would install
-    assert learner.settled_loss() is compiled_stand_in  # no tuner: the configured loss
-    learner.threads = ThreadTuner("learner step", counts=(1, 2))
-    assert learner.trialing_threads and learner.settled_loss() == learner.eager_loss
-    learner.threads.load_state_dict({"chosen": 2})
-    assert not learner.trialing_threads and learner.settled_loss() is compiled_stand_in
+    def loss(batch):
+        return batch * 2
+
+    accel = Accel()
+    assert accel.program(loss) is loss  # not compiling
+    accel.use_compiled(True)
+    fast = accel.program(loss)
+    assert fast is not loss and accel.program(loss) is fast
+    accel.threads = ThreadTuner("learner step", counts=(1, 2))
+    assert accel.trialing_threads and accel.program(loss) is loss
+    accel.threads.load_state_dict({"chosen": 2})
+    assert not accel.trialing_threads and accel.program(loss) is fast
+    accel.use_compiled(False)
+    assert accel.program(loss) is loss
+
+
+class Actor:
+    """Stands in for LocalActor: records the policy it is told to act through."""
+
+    policy = None
+
+    def use_policy(self, policy):
+        self.policy = policy
+
+
+def test_the_compile_switch_swaps_the_acting_policy_from_outside_the_agent():
+    """Accel.use_compiled hands every actor the agent's compiled acting step (one per agent)
+    and the agent itself back; the agent never holds a compiled program."""
+    agent, lstm = tiny_agent(), tiny_agent("lstm")
+    accel, actors = Accel(), [Actor(), Actor(), Actor()]
+    for actor, model in zip(actors, (agent, agent, lstm), strict=True):
+        accel.act_through(actor, model)
+    assert [a.policy for a in actors] == [agent, agent, lstm]
+    accel.use_compiled(True)
+    assert isinstance(actors[0].policy, CompiledActing) and actors[0].policy.agent is agent
+    assert actors[1].policy is actors[0].policy  # one compiled step per agent
+    assert actors[2].policy is lstm  # nothing to compile: acts eagerly
+    late = Actor()
+    accel.act_through(late, agent)  # registered while compiling: compiled at once
+    assert late.policy is actors[0].policy
+    accel.use_compiled(False)
+    assert [a.policy for a in actors] == [agent, agent, lstm]
+    assert not any(isinstance(v, CompiledActing | AheadOfTime) for v in vars(agent).values())

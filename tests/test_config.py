@@ -1,23 +1,26 @@
-"""The config schema (rltrans.schema) and composition (rltrans.config): every YAML knob is
+"""The config schema and composition (rltrans.config): every YAML knob is
 typed, every shipped option passes its own checks, YAML misreadings are caught, mapping
 values merge, and --help shows the chosen options' knobs."""
 
+import ast
 import re
 import typing
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from rltrans.config import (
     ConfigError,
+    check_config,
     config_groups,
     config_help,
     config_root,
+    config_specs,
     default_config,
     group_options,
     load_config,
 )
-from rltrans.schema import check_config, config_specs
 
 # Options that only make sense with an offline agent (their own cross check says so).
 NEEDS = {("algo", "offline"): ["agent=bc"], ("env", "dataset"): ["agent=bc"]}
@@ -38,7 +41,7 @@ def test_every_documented_key_has_a_spec_and_its_default_is_valid(name, groups):
     specs = config_specs(cfg, default_config(name, tuple(groups)), name)
     uncovered = [key for key, spec in specs.items() if spec is None]
     assert not uncovered, (
-        f"keys with a null default need a table entry in rltrans.schema: {uncovered}"
+        f"keys with a null default need a table entry in rltrans.config.schema: {uncovered}"
     )
     assert "seed" in specs or "episodes" in specs
 
@@ -162,3 +165,23 @@ def test_help_shows_the_chosen_options_with_their_comments():
     assert "episodes: 20" in evaluate and "== agent=" not in evaluate
     with pytest.raises(ConfigError, match="unknown agent 'nope'"):
         config_help("train", ["agent=nope"])
+
+
+# The config package imports one way: each module only from those before it in this list.
+CONFIG_MODULES = ["errors", "files", "spec", "schema", "compose"]
+
+
+def test_the_config_package_imports_one_way():
+    package = Path(__file__).resolve().parent.parent / "rltrans" / "config"
+    assert sorted(p.stem for p in package.glob("*.py")) == sorted([*CONFIG_MODULES, "__init__"])
+    for rank, name in enumerate(CONFIG_MODULES):
+        tree = ast.parse((package / f"{name}.py").read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {
+            "rltrans.config." * (n.level > 0) + (n.module or "")
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom)
+        }
+        inside = {m.split(".")[2] for m in imported if m.startswith("rltrans.config.")}
+        assert "rltrans.config" not in imported, f"{name} imports the package's __init__"
+        assert inside <= set(CONFIG_MODULES[:rank]), f"{name} imports {inside}"

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 from rltrans import distributed
 from rltrans.checkpoint import load_checkpoint
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learner import ImpalaLearner
+from rltrans.learners import ImpalaLearner
 from rltrans.runtime.pool import LocalPool
 from rltrans.train import main as train_main
 from tests.cli import summary_line
@@ -147,7 +147,7 @@ def test_torchrun_trains_one_run_and_resumes(tmp_path):
     summary = summary_line(done.stdout)
     assert summary["global_step"] == 256 and summary["updates"] == 4  # 4 x 2 ranks x 16 x 2
     payload = load_checkpoint(run_dir / "checkpoints" / "last.pt")
-    assert len(payload["reward_scalers_by_rank"]) == 2
+    assert len(payload["reward_scalers"]["by_rank"]) == 2
     assert payload["global_step"] == 256
     assert not (run_dir / "tb").exists() or len(list((run_dir / "tb").iterdir())) == 1
 

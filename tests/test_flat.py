@@ -1,4 +1,4 @@
-"""Flat parameters (rltrans.flat): the learner trains exactly as per-tensor AdamW would,
+"""Flat parameters (rltrans.accel.flat): the learner trains exactly as per-tensor AdamW would,
 parameters stay views of the flat buffer, and optimizer states convert both ways."""
 
 import copy
@@ -7,9 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-import rltrans.learner
-from rltrans.flat import FlatLayout, FlatParameters, to_flat_state, to_per_parameter_state
-from rltrans.learner import Learner
+from rltrans.accel import Accel
+from rltrans.accel.flat import (
+    FlatLayout,
+    FlatParameters,
+    PerTensor,
+    to_flat_state,
+    to_per_parameter_state,
+)
+from rltrans.learners import Learner
 
 
 def small_net() -> nn.Module:
@@ -23,22 +29,26 @@ def loss_of(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return net["head"](y).square().mean()
 
 
-def learner(net: nn.Module) -> Learner:
-    return Learner(net, lr=1e-2, total_updates=10, max_grad_norm=0.1, weight_decay=0.1)
+class PerTensorAccel(Accel):
+    """Keeps the tensors apart (as on CUDA)."""
+
+    trainable = staticmethod(PerTensor)
 
 
-def per_tensor_learner(net: nn.Module, monkeypatch) -> Learner:
+def learner(net: nn.Module, accel: Accel | None = None) -> Learner:
+    return Learner(net, lr=1e-2, total_updates=10, max_grad_norm=0.1, weight_decay=0.1, accel=accel)
+
+
+def per_tensor_learner(net: nn.Module, monkeypatch=None) -> Learner:
     """A learner that keeps the tensors apart (as on CUDA)."""
-    with monkeypatch.context() as m:
-        m.setattr(rltrans.learner, "flatten", lambda model: None)
-        return learner(net)
+    return learner(net, PerTensorAccel())
 
 
 def test_flat_training_equals_per_tensor_adamw_with_clipping():
     """Three clipped AdamW steps through the flat buffer == torch's per-tensor AdamW."""
     net, ref = small_net(), small_net()
     flat = learner(net)
-    assert flat.flat is not None and len(flat.params) == 1
+    assert isinstance(flat.params, FlatParameters) and len(flat.params.tensors) == 1
     opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, eps=1e-5, weight_decay=0.1, foreach=False)
     x = torch.randn(4, 6, 5)
     for _ in range(3):
@@ -59,9 +69,9 @@ def test_parameters_are_views_and_see_every_update():
     before = loss_of(net, x)
     flat = learner(net)
     torch.testing.assert_close(loss_of(net, x), before)  # the same function after flattening
-    base = flat.flat.param.data_ptr()
+    base = flat.params.param.data_ptr()
     for p in net.parameters():
-        assert base <= p.data_ptr() < base + flat.flat.param.numel() * 4
+        assert base <= p.data_ptr() < base + flat.params.param.numel() * 4
         assert (p.data_ptr() - base) % 64 == 0
     before_step = [(p, p.detach().clone()) for p in net.parameters()]
     flat.step(loss_of(net, x))
@@ -77,7 +87,7 @@ def test_gradients_reset_by_the_user_are_relinked():
     weight = net["head"].weight.detach().clone()
     flat.step(loss_of(net, x))
     assert not torch.equal(net["head"].weight, weight)
-    assert net["head"].weight.grad.data_ptr() >= flat.flat.param.grad.data_ptr()
+    assert net["head"].weight.grad.data_ptr() >= flat.params.param.grad.data_ptr()
 
 
 def test_moving_the_model_after_building_the_learner_is_refused():
@@ -91,7 +101,7 @@ def test_moving_the_model_after_building_the_learner_is_refused():
 def test_frozen_or_mixed_parameters_stay_per_tensor():
     net = small_net()
     net["head"].bias.requires_grad_(False)
-    assert learner(net).flat is None
+    assert isinstance(learner(net).params, PerTensor)
     with pytest.raises(ValueError, match="one dtype and device"):
         FlatParameters(nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2).double()]))
 

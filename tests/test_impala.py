@@ -11,7 +11,7 @@ import torch
 
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.evaluate import main as evaluate_main
-from rltrans.learner import ImpalaLearner
+from rltrans.learners import ImpalaLearner
 from rltrans.runtime.pool import LocalPool
 from rltrans.train import main as train_main
 from tests.test_resume import (
@@ -116,7 +116,7 @@ def test_minibatches_are_steps_on_random_disjoint_sets_of_envs():
     for index in torch.randperm(4).tensor_split(2):
         part = ImpalaLearner.select_envs(batch, index)
         assert part["obs"].shape[1] == 2 and part["memories"][0][0].shape[0] == 2
-        loss, _, _ = single.loss(part, 8, rollout.bootstrap_value[index].float())
+        loss, _, _ = single.batch_loss(part, 8, rollout.bootstrap_value[index].float())
         norms.append(single.step(loss))
     for key, value in agent.state_dict().items():
         torch.testing.assert_close(value, twin.state_dict()[key], rtol=1e-6, atol=1e-7)

@@ -7,12 +7,14 @@ import threading
 import pytest
 import torch
 
+from rltrans.accel import Accel, draws_random
+from rltrans.accel.chunks import part_count
+from rltrans.accel.threads import Plan, ThreadTuner
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learner import NonFiniteLossError, PPOLearner, draws_random
+from rltrans.learners import NonFiniteLossError, PPOLearner
 from rltrans.runtime.actors import LocalActor
-from rltrans.threads import Plan, ThreadTuner
 from tests.test_rollout import DEPTH, PPO, small_agent
 
 
@@ -37,9 +39,10 @@ def test_parts_give_the_whole_minibatch_step(backbone):
     results = {}
     for name, chunk_mb in (("whole", None), ("parts", 1e-9)):
         model = copy.deepcopy(agent)
-        learner = PPOLearner(model, ppo={**ppo, "chunk_obs_mb": chunk_mb}, lr=1e-3, total_updates=2)
+        accel = Accel(chunk_obs_mb=chunk_mb)
+        learner = PPOLearner(model, ppo=ppo, lr=1e-3, total_updates=2, accel=accel)
         batch = next(buffer.minibatches(2))
-        assert learner.parts(batch) == (1 if chunk_mb is None else 18)  # 18 segments each
+        assert part_count(batch, accel.chunk_bytes) == (1 if chunk_mb is None else 18)  # 18 each
         metrics = learner.update(buffer, torch.Generator().manual_seed(3))
         results[name] = (model, metrics, learner.distributions)
     (whole, m_whole, d_whole), (parts, m_parts, d_parts) = results["whole"], results["parts"]
@@ -55,32 +58,29 @@ def test_parts_give_the_whole_minibatch_step(backbone):
 
 def test_parts_are_the_fewest_that_fit():
     """The count divides the segments and is the smallest whose float obs fit the budget."""
-    agent, buffer = rollout("gtrxl")
+    _, buffer = rollout("gtrxl")
     batch = next(buffer.minibatches(1))  # 36 segments x 4 steps x 2 floats = 1,152 bytes
-    learner = PPOLearner(agent, ppo={**PPO, "chunk_obs_mb": 300 / 2**20}, lr=1e-3, total_updates=1)
-    assert learner.parts(batch) == 4  # 1152 / 300 -> at least 4; 4 divides 36
-    learner.chunk_bytes = 250.0  # at least 5 -> 6, the next divisor of 36
-    assert learner.parts(batch) == 6
-    learner.chunk_bytes = 2000.0
-    assert learner.parts(batch) == 1
+    assert Accel(chunk_obs_mb=300 / 2**20).chunk_bytes == 300
+    assert part_count(batch, 300.0) == 4  # 1152 / 300 -> at least 4; 4 divides 36
+    assert part_count(batch, 250.0) == 6  # at least 5 -> 6, the next divisor of 36
+    assert part_count(batch, 2000.0) == 1
 
 
 @pytest.mark.parametrize("bad", [0, -1.5])
 def test_bad_chunk_size_is_named(bad):
-    agent, _ = rollout("mlp")
     with pytest.raises(ValueError, match=rf"algo.chunk_obs_mb={bad} must be a positive"):
-        PPOLearner(agent, ppo={**PPO, "chunk_obs_mb": bad}, lr=1e-3, total_updates=1)
+        Accel(chunk_obs_mb=bad)
 
 
 def streams_learner(model: torch.nn.Module, plan: Plan, chunk_mb: float | None = None):
     """A learner whose thread tuner has settled on ``plan``."""
     learner = PPOLearner(
-        model, ppo={**PPO, "epochs": 2, "num_minibatches": 2, "chunk_obs_mb": chunk_mb},
-        lr=1e-3, total_updates=2,
+        model, ppo={**PPO, "epochs": 2, "num_minibatches": 2}, lr=1e-3, total_updates=2,
+        accel=Accel(chunk_obs_mb=chunk_mb),
     )  # fmt: skip
-    learner.threads = ThreadTuner("learner step", (1, 2), streams=True)
-    learner.threads.load_state_dict({"chosen": plan.threads, "streams": plan.streams})
-    assert learner.threads.chosen_plan == plan
+    tuner = learner.accel.threads = ThreadTuner("learner step", (1, 2), streams=True)
+    tuner.load_state_dict({"chosen": plan.threads, "streams": plan.streams})
+    assert tuner.chosen_plan == plan
     return learner
 
 
@@ -121,7 +121,7 @@ def test_streams_use_worker_threads_with_the_plan_s_thread_count():
         seen.append((threading.current_thread().name, torch.get_num_threads()))
         return original(batch)
 
-    learner.eager_loss = learner.loss = spy
+    learner.minibatch_loss = spy
     learner.update(buffer, torch.Generator().manual_seed(3))
     names = {name.split("_")[0] for name, _ in seen}
     assert names == {"MainThread", "rltrans-stream"}, seen
@@ -139,7 +139,7 @@ def test_a_non_finite_side_part_stops_before_the_weights_change():
         side = threading.current_thread() is not threading.main_thread()
         return (loss * float("nan") if side else loss), metrics, aux
 
-    learner.eager_loss = learner.loss = poisoned
+    learner.minibatch_loss = poisoned
     with pytest.raises(NonFiniteLossError, match="non-finite"):
         learner.update(buffer, torch.Generator().manual_seed(3))
     assert all(torch.equal(a, b) for a, b in zip(before, agent.parameters(), strict=True))

@@ -145,7 +145,7 @@ def test_layer_contracts_bite():
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("ok  ") == 4, result.stdout
+    assert result.stdout.count("ok  ") == 6, result.stdout
 
 
 def _copy_clean_tree(dest: Path) -> Path:

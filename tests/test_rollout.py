@@ -9,7 +9,7 @@ from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs.gym_vec import make_vector_env
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learner import PPOLearner
+from rltrans.learners import PPOLearner
 from rltrans.runtime.actors import LocalActor
 from rltrans.types import tree_map
 

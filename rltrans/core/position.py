@@ -41,10 +41,13 @@ def relative_distance(length: int, keys: int, device: torch.device | None = None
     return q_pos - k_pos
 
 
-@functools.lru_cache(maxsize=64)
-def descending_sinusoid(first: int, count: int, dim: int, device: torch.device) -> Tensor:
-    """Sinusoid features of first, first - 1, ..., first - count + 1 (cached: a constant table)."""
+def descending_sinusoid_table(first: int, count: int, dim: int, device: torch.device) -> Tensor:
+    """Sinusoid features of first, first - 1, ..., first - count + 1."""
     return sinusoid(torch.arange(first, first - count, -1, device=device), dim)
+
+
+# The same, cached for eager code (a constant table); compiled graphs call the plain function.
+descending_sinusoid = functools.lru_cache(maxsize=64)(descending_sinusoid_table)
 
 
 def sinusoid(positions: Tensor, dim: int) -> Tensor:
@@ -332,7 +335,7 @@ class XLAttention(AttentionScheme):
         """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L."""
         # The table is a constant; a compiled graph computes it in place (no lru_cache there).
         cached = not torch.compiler.is_compiling()
-        table_of = descending_sinusoid if cached else descending_sinusoid.__wrapped__
+        table_of = descending_sinusoid if cached else descending_sinusoid_table
         table = table_of(keys - 1, keys + length, self.dim, device)  # (W, D)
         r = self.r_proj(table.to(self.r_proj.weight.dtype))  # (W, D)
         return r.view(-1, self.heads, self.head_dim).transpose(0, 1)  # (H, W, E)

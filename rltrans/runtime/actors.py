@@ -87,15 +87,21 @@ class LocalActor:
         reward_scaler: RewardScaler | None = None,
     ) -> None:
         self.agent, self.reward_scaler = agent, reward_scaler
+        self.policy: Any = agent  # what acts: the agent, or its compiled acting step
         self.loop = EpisodeLoop(envs, agent, seed=seed, device=device)
         self.policy_version = 0
+
+    def use_policy(self, policy: Any) -> None:
+        """Act through ``policy``: the agent itself or a wrapper of it with the same acting
+        interface (e.g. ``rltrans.accel.CompiledActing``); the learner still replays the agent."""
+        self.policy = self.loop.policy = policy
 
     def restart(self, seed: int) -> None:
         """Reset every env with ``seed`` and start fresh episodes and memory: what a resumed
         run does first, so a run that restarts here at each checkpoint continues exactly as
         one resumed from that checkpoint (env states are not in checkpoints)."""
         loop = self.loop
-        self.loop = EpisodeLoop(loop.envs, self.agent, seed=seed, device=loop.device)
+        self.loop = EpisodeLoop(loop.envs, self.policy, seed=seed, device=loop.device)
         self.loop.timings, self.loop.threads = loop.timings, loop.threads
         if self.reward_scaler is not None:  # running returns belong to the cut episodes
             self.reward_scaler.returns.zero_()
@@ -124,7 +130,7 @@ class LocalActor:
             if bool(step.truncated.any()):  # rare: one extra forward on a copy of the memory
                 final = loop.to_tensor(step.final_raw_obs())
                 final_value = torch.where(
-                    step.truncated, agent.peek_value(final, loop.state), final_value
+                    step.truncated, self.policy.peek_value(final, loop.state), final_value
                 )
             reward = step.reward
             if self.reward_scaler is not None:
@@ -136,7 +142,7 @@ class LocalActor:
 
     def bootstrap_value(self) -> torch.Tensor:
         """V of the observation after the rollout (used where the last step did not end)."""
-        return self.agent.peek_value(self.loop.obs, self.loop.state)
+        return self.policy.peek_value(self.loop.obs, self.loop.state)
 
     def pop_timings(self) -> dict[str, float]:
         """Seconds spent acting / stepping envs since the last call."""

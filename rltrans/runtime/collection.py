@@ -19,9 +19,9 @@ from gymnasium.envs.registration import EnvSpec
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from rltrans.accel.threads import ThreadTuner
 from rltrans.envs.offline import Episode
 from rltrans.runtime.episodes import EpisodeLoop, Quota
-from rltrans.threads import ThreadTuner
 from rltrans.types import ActingPolicy, ActOutput, Tree
 
 

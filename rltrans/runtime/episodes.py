@@ -31,10 +31,10 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from rltrans.accel.threads import ThreadTuner, tuned
 from rltrans.envs import is_torch_env
 from rltrans.logging import Episode, EpisodeTracker
 from rltrans.spaces import obs_to_tensor
-from rltrans.threads import ThreadTuner, tuned
 from rltrans.types import ActingPolicy, ActOutput, Tree
 
 

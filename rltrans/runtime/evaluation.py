@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
+from rltrans.accel.threads import ThreadTuner
 from rltrans.logging import Episode
 from rltrans.runtime.episodes import EpisodeLoop, Quota, Transition, play_episodes
-from rltrans.threads import ThreadTuner
 from rltrans.types import ActingPolicy
 
 OnStep = Callable[[Transition, list[Episode]], None]

@@ -9,6 +9,11 @@ through the one acting loop (:class:`~rltrans.runtime.actors.LocalActor` over
   stepped round-robin with the learner's own module: deterministic, policy lag 0.
 - ``ProcessPool`` (``runtime=process``, :mod:`rltrans.runtime.process`): actor processes
   filling shared-memory slots (``Rollout.slot``) while the learner trains.
+- ``RayPool`` (``runtime=ray``, :mod:`rltrans.runtime.ray_pool`): Ray actors, rollouts
+  through Ray's object store.
+
+The two remote pools share one skeleton (actor slots, wire format, restarts, closing,
+``from_config``): ``RemotePool`` of :mod:`rltrans.runtime.remote`.
 
 Episode statistics reach the trainer through the ``on_info`` callback a pool is built with:
 it sees the Gymnasium info dict of every env step of a rollout before :meth:`get` returns
@@ -18,7 +23,6 @@ trainer scales them (one running scaler per actor, kept in its checkpoints).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,9 +31,9 @@ import torch
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from rltrans.accel.threads import AUTO
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.runtime.actors import LocalActor
-from rltrans.threads import AUTO
 
 
 @dataclass
@@ -88,63 +92,6 @@ def pool_arguments(cfg: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
         "max_restarts": int(runtime.get("max_restarts", 10)),
     }
     return env_cfg, shared, runtime
-
-
-class PoolStats:
-    """What an actor pool counts for :meth:`ActorPool.stats`: counts since the start
-    (``counts``), the lags of delivered rollouts and timings (``*_s``) since the last report."""
-
-    def __init__(self, *counts: str) -> None:
-        self.counts = dict.fromkeys(("actor_restarts", "dropped", "rollouts", *counts), 0)
-        self.lags: dict[int, int] = {}
-        self.times = dict.fromkeys(("queue_wait_s", "actor_wait_s", "env_s", "act_s"), 0.0)
-
-    def delivered(self, lag: int) -> None:
-        """Count one rollout handed to the learner, ``lag`` versions behind."""
-        self.lags[lag] = self.lags.get(lag, 0) + 1
-        self.counts["rollouts"] += 1
-
-    def report(self) -> dict[str, float]:
-        """Counts since the start (``restarts`` = ``actor_restarts``); since the last report:
-        ``*_ms`` timings and ``policy_lag_mean``/``_max``/``_hist/<lag>`` (delivered
-        rollouts by lag)."""
-        out: dict[str, float] = {k: float(v) for k, v in self.counts.items()}
-        out["restarts"] = out["actor_restarts"]
-        hist, self.lags = self.lags, {}
-        total = sum(hist.values())
-        out["policy_lag_mean"] = sum(k * v for k, v in hist.items()) / total if total else 0.0
-        out["policy_lag_max"] = float(max(hist, default=0))
-        out.update({f"policy_lag_hist/{k}": float(v) for k, v in sorted(hist.items())})
-        times, self.times = self.times, dict.fromkeys(self.times, 0.0)
-        out.update({k[: -len("_s")] + "_ms": 1e3 * v for k, v in times.items()})
-        return out
-
-
-def restart_seed(
-    stats: PoolStats,
-    actor_id: int,
-    *,
-    base_seed: int,
-    incarnation: int,
-    max_restarts: int,
-    pid: int | None,
-    why: str,
-) -> int:
-    """Account for one dead actor: RuntimeError once it has died ``max_restarts`` + 1 times;
-    otherwise count the restart, say so on stderr (``why``: how it died) and return the seed
-    its next incarnation starts with."""
-    if incarnation >= max_restarts:
-        raise RuntimeError(
-            f"actor {actor_id} died {incarnation + 1} times, the last {why} "
-            f"(max_restarts={max_restarts})"
-        )
-    stats.counts["actor_restarts"] += 1
-    seed = base_seed + 1_000_003 * (incarnation + 1)
-    print(
-        f"rltrans: actor {actor_id} (pid {pid or '?'}) died {why}; restarting it with seed {seed}",
-        file=sys.stderr,
-    )
-    return seed
 
 
 def actor_seed(seed: int, actor_id: int, num_envs: int) -> int:

@@ -29,15 +29,16 @@ import torch
 from omegaconf import DictConfig
 
 from rltrans import distributed
+from rltrans.accel import Accel
 from rltrans.config import to_container
 from rltrans.envs import make_env
-from rltrans.learner import ImpalaLearner, NonFiniteLossError
-from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
+from rltrans.learners import ImpalaLearner, NonFiniteLossError
+from rltrans.logging import EpisodeTracker
 from rltrans.registry import build_agent
-from rltrans.run import Run, compile_choice, seed_everything, thread_tuners
+from rltrans.run import Run, seed_everything
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
-from rltrans.trainers.ppo import run_name
+from rltrans.trainers.common import TrainerState, logger_and_bar, run_name, speed
 
 
 def build_pool(
@@ -86,6 +87,42 @@ def scale_rewards(rollout: Rollout, scalers: list[RewardScaler] | None) -> None:
         buffer.rewards[t] = scaler(buffer.rewards[t], ended[t]).to(buffer.rewards.dtype)
 
 
+class Scalers:
+    """One running reward scaler per actor, checkpointed with every learner process's."""
+
+    def __init__(self, scalers: list[RewardScaler], rank: int) -> None:
+        self.scalers, self.rank = scalers, rank
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every rank's scalers (a collective: every rank calls it)."""
+        states = distributed.gather_objects([s.state_dict() for s in self.scalers])
+        return {"own": states[0], "by_rank": states if len(states) > 1 else []}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """This rank's scalers (rank 0's where the run had fewer learner processes)."""
+        if isinstance(state, list):  # a checkpoint of one learner process, older layout
+            state = {"own": state, "by_rank": []}
+        by_rank = state["by_rank"]
+        saved = by_rank[self.rank] if self.rank < len(by_rank) else state["own"]
+        for scaler, own in zip(self.scalers, saved, strict=False):
+            scaler.load_state_dict(own)
+
+
+class Count:
+    """A checkpointed counter (rollouts dropped as too stale)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def state_dict(self) -> int:
+        """The count."""
+        return self.value
+
+    def load_state_dict(self, value: int) -> None:
+        """Restore the count."""
+        self.value = int(value)
+
+
 def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Train for ``total_steps`` env steps (steps trained on); returns the final summary."""
     run = Run.start(cfg, name=run_name(cfg), overrides=overrides, multi_process=True)
@@ -105,6 +142,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
     if world.distributed:
         made_of += " x learner processes"
     total_updates = run.whole_updates(steps_per_update, made_of)
+    accel = Accel()
     learner = ImpalaLearner(
         agent,
         impala=to_container(algo),
@@ -113,55 +151,44 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         anneal_lr=algo.anneal_lr,
         max_grad_norm=algo.max_grad_norm,
         amp=algo.amp,
+        accel=accel,
     )
     global_step = run.resume(agent, learner, spaces)
-    resumed = run.resumed_payload or {}
-    update = int(resumed.get("update", 0))
-    chooser = compile_choice(cfg, learner, agent, total_updates - update, resumed.get("compile"))
-    dropped = int(resumed.get("dropped", 0))
     actors = cfg.runtime.num_actors
+    scalers = None
+    if algo.reward_scaling:
+        scalers = [RewardScaler(num_envs, algo.gamma, device) for _ in range(actors)]
+    # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
+    # processes use one thread, and so does every learner process under torchrun.
+    names = ("learner step", "acting step") if local else ("learner step",)
+    tuners, choice = speed(cfg, accel, device, total_updates, *(() if world.distributed else names))
+    tracker, dropped = EpisodeTracker(window=100), Count()
+    state = TrainerState(
+        episodes=tracker, dropped=dropped, threads=tuners, compile=choice,
+        reward_scalers=None if scalers is None else Scalers(scalers, world.rank),
+    )  # fmt: skip
+    state.load_state_dict(run.resumed_payload or {})
+    choice.set_updates_left(total_updates - state.update)
     # Learner processes: the same weights everywhere, other actors (seeds) on each.
     distributed.broadcast_module_(agent)
     seed_offset = world.rank * actors * num_envs  # actor_seed: actor i resets with seed + i * N
     if world.rank:
-        seed_everything(cfg.seed + update + 1_000_003 * world.rank)
-
-    scalers = None
-    if algo.reward_scaling:
-        scalers = [RewardScaler(num_envs, algo.gamma, device) for _ in range(actors)]
-        saved = resumed.get("reward_scalers") or []
-        by_rank = resumed.get("reward_scalers_by_rank") or []
-        if world.rank < len(by_rank):
-            saved = by_rank[world.rank]
-        for scaler, state in zip(scalers, saved, strict=False):
-            scaler.load_state_dict(state)
-    tracker = EpisodeTracker(window=100)
-    if resumed.get("episodes"):
-        tracker.load_state_dict(resumed["episodes"])
+        seed_everything(cfg.seed + state.update + 1_000_003 * world.rank)
     pool = build_pool(
         cfg,
         agent,
         envs,
-        seed=cfg.seed + update + seed_offset,
+        seed=cfg.seed + state.update + seed_offset,
         device=device,
         on_info=tracker.update,
     )
-    pool.publish(agent.state_dict(), update)
-    # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
-    # processes use one thread, and so does every learner process under torchrun.
-    names = ("learner step", "acting step") if local else ("learner step",)
-    tuners = {} if world.distributed else thread_tuners(cfg, device, resumed.get("threads"), *names)
-    learner.threads = tuners.get("learner step")
+    pool.publish(agent.state_dict(), state.update)
     for actor in pool.actors if isinstance(pool, LocalPool) else ():
         actor.loop.threads = tuners.get("acting step")
-    # Events logged after the checkpoint by an interrupted process are hidden (those AT its
-    # step were logged before it was written, so they stay).
-    purge = global_step + 1 if cfg.resume else None
-    tensorboard = cfg.tensorboard and world.is_main  # rank 0 logs (its own actors' episodes)
-    logger = MetricLogger(run.dir, use_tensorboard=tensorboard, purge_step=purge)
-    bar = None
-    if cfg.progress and world.is_main:
-        bar = ProgressBar(total_updates * steps_per_update, "train", "step", initial=global_step)
+        accel.act_through(actor, agent)
+    logger, bar = logger_and_bar(
+        cfg, run, global_step, total_updates * steps_per_update, "step", main=world.is_main
+    )
     start, start_step, status = time.perf_counter(), global_step, "finished"
     try:
         while global_step < cfg.total_steps:
@@ -170,9 +197,9 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
             while len(rollouts) < algo.batch_rollouts:
                 rollout = pool.get()
                 scale_rewards(rollout, scalers)  # every rollout: the running returns go on
-                lag = update - rollout.policy_version
+                lag = state.update - rollout.policy_version
                 if lag > algo.max_policy_lag:  # too stale to correct: dropped and counted
-                    dropped += 1
+                    dropped.value += 1
                     pool.release(rollout)
                     continue
                 rollouts.append(rollout)
@@ -187,11 +214,11 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
             distributed.broadcast_module_(agent, buffers_only=True)  # rank 0's obs statistics
             learn_s = time.perf_counter() - t_learn
             global_step += steps_per_update
-            update += 1
-            pool.publish(agent.state_dict(), update)
+            state.update += 1
+            pool.publish(agent.state_dict(), state.update)
             stats = pool.stats()
-            if chooser is not None:  # the learner's work, and acting where it runs here
-                chooser.after_update(learn_s + (stats.get("act_ms", 0.0) / 1e3 if local else 0.0))
+            # The learner's work, and acting where it runs here.
+            choice.after_update(learn_s + (stats.get("act_ms", 0.0) / 1e3 if local else 0.0))
             sps = (global_step - start_step) / (time.perf_counter() - start)
             logger.log(
                 global_step,
@@ -203,7 +230,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
                     "perf/policy_lag": sum(lags) / len(lags),
                     "perf/queue_wait_ms": stats.get("queue_wait_ms", 0.0),
                     "perf/actor_restarts": stats.get("restarts", 0.0),
-                    "perf/dropped_rollouts": dropped + stats.get("dropped", 0.0),
+                    "perf/dropped_rollouts": dropped.value + stats.get("dropped", 0.0),
                     "perf/env_ms": stats.get("env_ms", 0.0),
                     "perf/act_ms": stats.get("act_ms", 0.0),
                     "perf/learn_ms": 1e3 * learn_s,
@@ -212,27 +239,15 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
             logger.log_histogram(global_step, "perf/policy_lag", torch.tensor(lags))
             for name, values in learner.distributions.items():  # e.g. ponder steps per token
                 logger.log_histogram(global_step, f"charts/{name}", values)
-            if update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
-                extra: dict[str, Any] = {
-                    "update": update,
-                    "episodes": tracker.state_dict(),
-                    "dropped": dropped,
-                    "threads": {name: t.state_dict() for name, t in tuners.items()},
-                    "compile": chooser.choice if chooser is not None else None,
-                }
-                if scalers is not None:
-                    states = distributed.gather_objects([s.state_dict() for s in scalers])
-                    extra["reward_scalers"] = states[0]
-                    if world.distributed:
-                        extra["reward_scalers_by_rank"] = states
-                run.save(global_step, agent, learner, spaces, extra=extra)  # rank 0 writes
+            if state.update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
+                run.save(global_step, agent, learner, spaces, extra=state.state_dict())
                 if local:
                     # Every env starts afresh after a checkpoint, as in a run resumed from it,
                     # so an interrupted run continues exactly as this one does. Actors in other
                     # processes run asynchronously (no resume repeats them exactly), so there
                     # episodes go on: cutting them every checkpoint_every updates of one
                     # rollout would cap long episodes (CartPole's 500 steps).
-                    pool.restart_envs(cfg.seed + update + seed_offset)
+                    pool.restart_envs(cfg.seed + state.update + seed_offset)
                     for scaler in scalers or ():  # running returns belong to the cut episodes
                         scaler.returns.zero_()
             if bar is not None:
@@ -250,8 +265,8 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         "status": status,
         "run_dir": str(run.dir),
         "global_step": global_step,
-        "updates": update,
-        "dropped_rollouts": dropped,
+        "updates": state.update,
+        "dropped_rollouts": dropped.value,
         "episodic_return": tracker.mean_return,
         "episodic_length": tracker.mean_length,
         "success_rate": tracker.success_rate,

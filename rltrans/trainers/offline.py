@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rltrans.accel import Accel
 from rltrans.buffers.trajectory import TrajectoryBuffer
-from rltrans.compiling import compiled
 from rltrans.config import ConfigError, to_container
 from rltrans.envs import make_env
 from rltrans.envs.offline import (
@@ -35,13 +35,12 @@ from rltrans.envs.offline import (
     env_config_from_spec,
     load_dataset,
 )
-from rltrans.learner import Learner, NonFiniteLossError
-from rltrans.logging import MetricLogger, ProgressBar
+from rltrans.learners import Learner, NonFiniteLossError
 from rltrans.registry import agent_entry, build_agent
-from rltrans.run import Run, choose_compile, thread_tuners
+from rltrans.run import Run
 from rltrans.runtime.evaluation import TargetResult, evaluate_targets
 from rltrans.spaces import check_same_spaces
-from rltrans.threads import tuned
+from rltrans.trainers.common import TrainerState, logger_and_bar, speed
 
 __all__ = ["derive_targets", "eval_metrics", "train_offline"]
 
@@ -75,6 +74,22 @@ def eval_metrics(results: list[TargetResult]) -> dict[str, float]:
         "eval/return_mean": float(np.mean(list(means.values()))),
         "eval/length_mean": float(np.mean(lengths)),
     }
+
+
+class SamplerState:
+    """The window sampler's generator, checkpointed as JSON (its ints are too wide for
+    tensors)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def state_dict(self) -> str:
+        """The bit generator's state."""
+        return json.dumps(self.rng.bit_generator.state)
+
+    def load_state_dict(self, state: str) -> None:
+        """Restore the bit generator's state."""
+        self.rng.bit_generator.state = json.loads(state)
 
 
 def window_length(cfg: DictConfig) -> int:
@@ -198,6 +213,7 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
     with run.building("agent"):
         agent = build_agent(to_container(cfg.agent), *spaces, stats=buffer.stats()).to(device)
     train_steps = int(cfg.train_steps)
+    accel = Accel()
     learner = Learner(
         agent,
         lr=algo.lr,
@@ -208,36 +224,17 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
         weight_decay=algo.weight_decay,
         eps=algo.adam_eps,
         amp=algo.amp,
+        accel=accel,
     )
-    sampler = np.random.default_rng(cfg.seed)  # window sampling, saved in checkpoints
     step = run.resume(agent, learner, spaces)
-    if run.resumed_payload is not None:
-        sampler.bit_generator.state = json.loads(run.resumed_payload["sampler_rng"])
-    saved = run.resumed_payload or {}
-    tuners = thread_tuners(cfg, device, saved.get("threads"), "learner step")
-    learner.threads = tuners.get("learner step")
     # compile: the agent's loss (forward and backward) through torch.compile; auto decides
     # from the first 20 gradient steps (an "update" is one step here).
-    losses: dict[str, Any] = {"eager": agent.loss, "compiled": None, "current": agent.loss}
-
-    def enable() -> str:
-        if losses["compiled"] is None:
-            losses["compiled"] = compiled(agent.loss)
-        losses["current"] = losses["compiled"]
-        return "the training step's loss"
-
-    def disable() -> None:
-        losses["current"] = losses["eager"]
-
-    chooser = choose_compile(
-        cfg, train_steps - step, saved.get("compile"), enable=enable, disable=disable, measure=20
-    )
-
-    # Events logged after the checkpoint by an interrupted process are hidden (those AT its
-    # step were logged before it was written, so they stay).
-    purge = step + 1 if cfg.resume else None
-    logger = MetricLogger(run.dir, use_tensorboard=cfg.tensorboard, purge_step=purge)
-    bar = ProgressBar(train_steps, "train", "grad step", initial=step) if cfg.progress else None
+    tuners, choice = speed(cfg, accel, device, train_steps, "learner step", measure=20)
+    sampler = SamplerState(np.random.default_rng(cfg.seed))  # window sampling
+    state = TrainerState(sampler_rng=sampler, threads=tuners, compile=choice)
+    state.load_state_dict(run.resumed_payload or {})
+    choice.set_updates_left(train_steps - step)
+    logger, bar = logger_and_bar(cfg, run, step, train_steps, "grad step")
     results: list[TargetResult] = []
     totals: dict[str, torch.Tensor] = {}
     count, sample_s, learn_s, train_s, eval_s = 0, 0.0, 0.0, 0.0, 0.0
@@ -254,31 +251,24 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
                 max_steps=algo.eval_max_steps,
             )  # fmt: skip
             logger.log(step, eval_metrics(found))
-        sampler_state = json.dumps(sampler.bit_generator.state)  # ints too wide for tensors
-        threads = {name: t.state_dict() for name, t in tuners.items()}
-        choice = chooser.choice if chooser is not None else None
-        run.save(
-            step, agent, learner, spaces,
-            extra={**extra, "sampler_rng": sampler_state, "threads": threads, "compile": choice},
-        )  # fmt: skip
+        state.update = step
+        run.save(step, agent, learner, spaces, extra={**extra, **state.state_dict()})
         return found
 
     agent.train()
     try:
         while step < train_steps:
             t0 = time.perf_counter()
-            batch = buffer.sample(algo.batch_size, sampler, device=device)  # (B, K, ...)
+            batch = buffer.sample(algo.batch_size, sampler.rng, device=device)  # (B, K, ...)
             t1 = time.perf_counter()
-            with tuned(learner.threads):
-                # Eager during thread trials (see Learner.settled_loss).
-                loss_fn = losses["eager" if learner.trialing_threads else "current"]
+            with accel.step():
+                loss_fn = accel.program(agent.loss)
                 with learner.autocast():
                     loss, metrics = loss_fn(batch)
                 metrics["grad_norm"] = learner.step(loss)
             learner.end_update()  # the lr schedule counts gradient steps
             t2 = time.perf_counter()
-            if chooser is not None:
-                chooser.after_update(t2 - t1)
+            choice.after_update(t2 - t1)
             sample_s, learn_s, train_s = sample_s + t1 - t0, learn_s + t2 - t1, train_s + t2 - t0
             for k, v in metrics.items():  # 0-d tensors: no host sync per step
                 totals[k] = totals.get(k, 0.0) + v.detach().float()

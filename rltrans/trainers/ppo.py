@@ -18,20 +18,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rltrans.accel import Accel, draws_random
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import to_container
 from rltrans.envs import make_env
-from rltrans.learner import NonFiniteLossError, PPOLearner, draws_random
-from rltrans.logging import EpisodeTracker, MetricLogger, ProgressBar
+from rltrans.learners import NonFiniteLossError, PPOLearner
+from rltrans.logging import EpisodeTracker
 from rltrans.registry import build_agent
-from rltrans.run import Run, compile_choice, thread_tuners
+from rltrans.run import Run
 from rltrans.runtime.actors import LocalActor, RewardScaler
-
-
-def run_name(cfg: DictConfig) -> str:
-    """<env>-<backbone>, the default run folder name."""
-    env_name = cfg.env.get("name") or str(cfg.env.get("id", "env")).replace("/", "_")
-    return f"{env_name}-{cfg.agent.get('backbone', cfg.agent.kind)}".replace(":", "_")
+from rltrans.trainers.common import TrainerState, logger_and_bar, run_name, speed
 
 
 def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -45,6 +41,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         agent = build_agent(to_container(cfg.agent), *spaces).to(device)
     steps_per_update = algo.num_steps * envs.num_envs
     total_updates = run.whole_updates(steps_per_update, "algo.num_steps x env.num_envs")
+    accel = Accel(chunk_obs_mb=algo.get("chunk_obs_mb"))
     learner = PPOLearner(
         agent,
         ppo=to_container(algo),
@@ -53,35 +50,28 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         anneal_lr=algo.anneal_lr,
         max_grad_norm=algo.max_grad_norm,
         amp=algo.amp,
+        accel=accel,
     )
     global_step = run.resume(agent, learner, spaces)
-    resumed = run.resumed_payload or {}
-    update = int(resumed.get("update", 0))
-    chooser = compile_choice(cfg, learner, agent, total_updates - update, resumed.get("compile"))
-
     buffer = RolloutBuffer(algo.num_steps, envs.num_envs, algo.segment_length, device)
     scaler = RewardScaler(envs.num_envs, algo.gamma, device) if algo.reward_scaling else None
-    if scaler is not None and resumed.get("reward_scaler"):
-        scaler.load_state_dict(resumed["reward_scaler"])
-    actor = LocalActor(envs, agent, seed=cfg.seed + update, device=device, reward_scaler=scaler)
-    actor.set_policy_version(update)
     # Minibatches may run as parts side by side, unless the model draws random numbers
     # (dropout): threads racing for one generator would make the run irreproducible.
     streams = () if draws_random(agent) else ("learner step",)
-    tuners = thread_tuners(
-        cfg, device, resumed.get("threads"), "learner step", "acting step", streams=streams
+    tuners, choice = speed(
+        cfg, accel, device, total_updates, "learner step", "acting step", streams=streams
     )
-    learner.threads, actor.loop.threads = tuners.get("learner step"), tuners.get("acting step")
     tracker = EpisodeTracker(window=100)
-    if resumed.get("episodes"):
-        tracker.load_state_dict(resumed["episodes"])
-    # Events logged after the checkpoint by an interrupted process are hidden (those AT its
-    # step were logged before it was written, so they stay).
-    purge = global_step + 1 if cfg.resume else None
-    logger = MetricLogger(run.dir, use_tensorboard=cfg.tensorboard, purge_step=purge)
-    bar = None
-    if cfg.progress:
-        bar = ProgressBar(total_updates * steps_per_update, "train", "step", initial=global_step)
+    state = TrainerState(episodes=tracker, reward_scaler=scaler, threads=tuners, compile=choice)
+    state.load_state_dict(run.resumed_payload or {})
+    choice.set_updates_left(total_updates - state.update)
+    actor = LocalActor(
+        envs, agent, seed=cfg.seed + state.update, device=device, reward_scaler=scaler
+    )
+    actor.loop.threads = tuners.get("acting step")
+    accel.act_through(actor, agent)
+    actor.set_policy_version(state.update)
+    logger, bar = logger_and_bar(cfg, run, global_step, total_updates * steps_per_update, "step")
     start, start_step, status = time.perf_counter(), global_step, "finished"
     try:
         while global_step < cfg.total_steps:
@@ -92,11 +82,10 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             agent.update_obs_norm(buffer.obs)  # after the update: acting == replay within a rollout
             learn_s = time.perf_counter() - t_learn
             global_step += steps_per_update
-            update += 1
-            actor.set_policy_version(update)
+            state.update += 1
+            actor.set_policy_version(state.update)
             timings = actor.pop_timings()
-            if chooser is not None:
-                chooser.after_update(learn_s + timings["act"])
+            choice.after_update(learn_s + timings["act"])
             sps = (global_step - start_step) / (time.perf_counter() - start)
             logger.log(
                 global_step,
@@ -111,16 +100,11 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             )
             for name, values in learner.distributions.items():  # e.g. ponder steps per token
                 logger.log_histogram(global_step, f"charts/{name}", values)
-            if update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
-                extra = {"update": update, "episodes": tracker.state_dict()}
-                extra["threads"] = {name: t.state_dict() for name, t in tuners.items()}
-                extra["compile"] = chooser.choice if chooser is not None else None
-                if scaler is not None:
-                    extra["reward_scaler"] = scaler.state_dict()
-                run.save(global_step, agent, learner, spaces, extra=extra)
+            if state.update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
+                run.save(global_step, agent, learner, spaces, extra=state.state_dict())
                 # Every env starts afresh after a checkpoint, as in a run resumed from it, so
                 # an interrupted run continues exactly as this one does.
-                actor.restart(seed=cfg.seed + update)
+                actor.restart(seed=cfg.seed + state.update)
             if bar is not None:
                 bar.update(steps_per_update, SPS=f"{sps:.0f}", ret=tracker.mean_return)
     except NonFiniteLossError as err:
@@ -136,7 +120,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         "status": status,
         "run_dir": str(run.dir),
         "global_step": global_step,
-        "updates": update,
+        "updates": state.update,
         "episodic_return": tracker.mean_return,
         "episodic_length": tracker.mean_length,
         "success_rate": tracker.success_rate,

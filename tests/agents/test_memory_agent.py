@@ -20,7 +20,7 @@ from rltrans.config import load_config
 from rltrans.core.block import BlockConfig
 from rltrans.core.position import sinusoid
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learner import PPOLearner
+from rltrans.learners import PPOLearner
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main

@@ -1,11 +1,9 @@
-"""Config loading for the command-line tools: Hydra composition, validation and --help.
+"""Hydra composition of the shipped configs: overrides parsed and checked key by key, the
+composed config validated against :mod:`rltrans.config.schema`, defaults, and --help.
 
-The YAML files in ``configs/`` are the documentation: every knob carries a comment where
-it is defined, and ``--help`` prints the files of the chosen options. Composition uses
-Hydra's compose API, so a run never changes the working directory or the logging setup.
-Every composed config is checked against :mod:`rltrans.schema` before a run builds
-anything: a bad value, an unknown key or a bad group choice exits with code 2 and one
-line per problem.
+Composition uses Hydra's compose API, so a run never changes the working directory or the
+logging setup. A bad value, an unknown key or a bad group choice raises one ConfigError
+with one line per problem.
 
 Overrides: ``key=value`` sets a knob; a mapping value merges into the YAML's mapping, and
 the keyword-argument mappings (``env.kwargs``, ``agent.encoder``) also take new keys
@@ -18,46 +16,22 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import os
 import re
-import sys
-from collections.abc import Callable
-from importlib.resources import files
-from importlib.resources.abc import Traversable
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_PACKAGE = "rltrans.configs"  # the top-level configs/ folder, installed as package data
+from rltrans.config.errors import ConfigError, format_problems
+from rltrans.config.files import CONFIG_PACKAGE, config_groups, config_root, group_options
+from rltrans.config.schema import agent_knob_names, check_config, keyword_mappings
+from rltrans.config.spec import unknown_key
+
 OVERRIDE_SYNTAX = """\
 Overrides: key=value sets a knob. A mapping value merges into the YAML's mapping, and the
 keyword mappings (env.kwargs, agent.encoder) take new keys: env.kwargs={render_mode: rgb_array}.
 +key=value adds a knob the option's YAML leaves out; ~key removes an agent knob.
 A bad value, unknown key or group choice exits with code 2 before anything is built."""
 PLAIN_SYNTAX = "Overrides: key=value sets a knob; a bad value or unknown key exits with code 2."
-
-
-def config_root() -> Traversable:
-    """The folder of the shipped YAML configs (works editable and from a wheel)."""
-    return files(CONFIG_PACKAGE)
-
-
-class ConfigError(ValueError):
-    """A bad group choice, unknown key, bad value or malformed override, explained for the user."""
-
-
-def group_options(group: str) -> list[str]:
-    """Options of a config group (the YAML file names in configs/<group>/)."""
-    folder = config_root() / group
-    if not folder.is_dir():
-        return []
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def config_groups() -> list[str]:
-    """The config groups (sub-folders of configs/)."""
-    root = config_root()
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("__"))
 
 
 def _compose(config_name: str, overrides: list[str], hydra: bool = False) -> DictConfig:
@@ -148,8 +122,6 @@ def _option_keys(config_name: str) -> dict[str, str]:
 
 def _unknown(key: str, defaults: DictConfig, config_name: str) -> str:
     """An unknown key, the near misses of it and the keys valid at its place."""
-    from rltrans.schema import agent_knob_names, unknown_key
-
     _, path = _lookup(defaults, key)
     parent = OmegaConf.select(defaults, ".".join(path)) if path else defaults
     # A key given without its section (dqn_replay.root), or a typo of a sibling (rooot).
@@ -171,9 +143,7 @@ def _unknown(key: str, defaults: DictConfig, config_name: str) -> str:
 
 def _check_key(key: str, value: Any, defaults: DictConfig, config_name: str) -> str | None:
     """A problem with setting ``key`` to ``value``: an unknown key, or a mapping value with a
-    key the YAML's mapping lacks (a keyword mapping takes any: see rltrans.schema)."""
-    from rltrans.schema import keyword_mappings
-
+    key the YAML's mapping lacks (a keyword mapping takes any: see rltrans.config.schema)."""
     for mapping in keyword_mappings(config_name):
         if key == mapping or key.startswith(mapping + "."):
             return None if _exists(defaults, mapping) else _unknown(key, defaults, config_name)
@@ -192,8 +162,6 @@ def _check_override(
     override: Any, defaults: DictConfig, config_name: str
 ) -> tuple[str | None, str | None]:
     """(a problem or None, the override to compose or None to drop it)."""
-    from rltrans.schema import keyword_mappings
-
     text, key = override.input_line, override.key_or_group
     problem = _check_key(key, override.value(), defaults, config_name)
     for mapping in keyword_mappings(config_name):
@@ -226,19 +194,10 @@ def load_config(
     except Exception as err:  # Hydra raises several exception types; all become ConfigError
         raise ConfigError("\n".join([*problems, str(_hydra_error(err))])) from None
     if validate:
-        from rltrans.schema import check_config
-
         problems += check_config(cfg, defaults, config_name)
     if problems:
         raise ConfigError(format_problems(problems))
     return cfg
-
-
-def format_problems(problems: list[str]) -> str:
-    """One problem as it is; several as a count and one indented line each."""
-    if len(problems) == 1:
-        return problems[0]
-    return f"{len(problems)} config problems:\n  " + "\n  ".join(problems)
 
 
 def default_config(config_name: str = "train", groups: tuple[str, ...] = ()) -> DictConfig:
@@ -277,40 +236,3 @@ def config_help(config_name: str = "train", overrides: list[str] | tuple[str, ..
 def to_container(cfg: DictConfig) -> dict:
     """Resolved plain-dict copy of a config (for checkpoints and run_dir/config.yaml)."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-
-
-def _print_to_pipe(text: str) -> None:
-    """Print long output that may be cut short by its reader (``--help | head``) quietly."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        # The reader left: point stdout at /dev/null so the interpreter's final flush is silent.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -> int:
-    """Shared body of the command-line tools: ``--help``, ``--cfg``, config errors and the
-    one-line JSON summary. ``run(cfg) -> summary`` gets a config that passed
-    :func:`load_config`'s checks; exit code 2 for a user error, 1 when the summary's status
-    is not "finished", else 0."""
-    from rltrans.checkpoint import CheckpointError
-    from rltrans.logging import print_summary
-    from rltrans.spaces import SpaceMismatchError
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = [a for a in argv if a not in ("--cfg", "--help", "-h")]
-    try:
-        if "--help" in argv or "-h" in argv:
-            _print_to_pipe(doc.strip() + "\n\n" + config_help(config_name, overrides))
-            return 0
-        cfg = load_config(overrides, config_name)  # every bad value stops here, before run()
-        if "--cfg" in argv:
-            print(OmegaConf.to_yaml(cfg))
-            return 0
-        summary = run(cfg)
-    except (ConfigError, FileNotFoundError, CheckpointError, SpaceMismatchError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line (rank 0's)
-        print_summary(summary)
-    return 0 if summary.get("status", "finished") == "finished" else 1

@@ -1,5 +1,10 @@
 """A model's parameters as views into one flat buffer, and their gradients into another.
 
+:func:`trainable` picks how a learner's optimizer sees a model: :class:`FlatParameters` on
+CPU, :class:`PerTensor` elsewhere; both offer ``tensors`` (what the optimizer trains),
+``zero_grad``, ``sync`` (after backward) and ``optimizer_state`` (a saved optimizer state in
+this layout), so the learner never asks which one it has.
+
 PPO's models are small (~0.2-1M parameters in ~70 tensors), so per-tensor work outside the
 compiled loss is a visible share of a CPU minibatch: zeroing, clipping (one norm per tensor)
 and AdamW took 1.1-1.7 ms per minibatch at 4 layers x 64 (``benchmarks/throughput.py``'s PPO
@@ -53,9 +58,9 @@ class FlatLayout:
         return flat
 
 
-def flatten(model: nn.Module) -> FlatParameters | None:
-    """Flat parameters for a CPU model of one dtype with no frozen parameter, else None
-    (per-tensor training).
+def trainable(model: nn.Module) -> FlatParameters | PerTensor:
+    """The parameters an optimizer trains: flat for a CPU model of one dtype with no frozen
+    parameter, else the model's own tensors.
 
     On CUDA the fused and foreach kernels already take many tensors per launch, and cuDNN's
     RNNs keep their weights in a layout of their own, so models there are left as they are.
@@ -63,8 +68,31 @@ def flatten(model: nn.Module) -> FlatParameters | None:
     params = list(model.parameters())
     kinds = {(p.dtype, p.device.type) for p in params}
     if len(kinds) != 1 or next(iter(kinds))[1] != "cpu" or not all(p.requires_grad for p in params):
-        return None  # frozen parameters would be weight-decayed in a flat buffer
+        return PerTensor(model)  # frozen parameters would be weight-decayed in a flat buffer
     return FlatParameters(model)
+
+
+class PerTensor:
+    """A model's parameters trained tensor by tensor (the interface of
+    :class:`FlatParameters`, doing nothing special)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.tensors = list(model.parameters())
+        self.layout = FlatLayout.of([p.shape for p in self.tensors])
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Drop the gradients."""
+        optimizer.zero_grad(set_to_none=True)
+
+    def sync(self) -> None:
+        """Nothing to check: the gradients are the parameters' own."""
+
+    def optimizer_state(self, state: dict) -> dict:
+        """An optimizer state dict saved for this model, per parameter (one saved for flat
+        parameters, e.g. on a CPU run, is split up)."""
+        if len(self.layout.shapes) > 1 and is_flat_state(state, self.layout):
+            return to_per_parameter_state(state, self.layout)
+        return state
 
 
 def is_flat_state(state: dict, layout: FlatLayout) -> bool:
@@ -106,10 +134,16 @@ class FlatParameters:
                     setattr(module, name, new[id(p)])  # setattr: RNNs refresh their weight lists
         self.links = [(new[id(p)], grad) for p, grad in zip(params, grads, strict=True)]
         self.start = self.param.data_ptr()
+        self.tensors = [self.param]  # what the optimizer trains
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Zero the flat gradient (never None: autograd must accumulate into its views)."""
         self.param.grad.zero_()
+
+    def optimizer_state(self, state: dict) -> dict:
+        """An optimizer state dict for the flat parameter (one saved per parameter, e.g. on
+        CUDA, is merged)."""
+        return state if is_flat_state(state, self.layout) else to_flat_state(state, self.layout)
 
     def sync(self) -> None:
         """Check after backward that every parameter still aliases the flat buffers: a

@@ -3,7 +3,7 @@ check a value against it, and the one-line reports of a bad value or an unknown 
 
 A spec is inferred from a YAML default where the default says enough (``dim: 64`` takes
 integers) and from a ``Literal`` annotation where code declares the choices; the rest is
-written out in :mod:`rltrans.schema`. Nothing here knows rltrans's keys.
+written out in :mod:`rltrans.config.schema`. Nothing here knows rltrans's keys.
 
 >>> integer(1).check(0)
 (False, 0)

@@ -10,8 +10,8 @@ rather than fixed keys: ``env.kwargs`` (any key for Gymnasium ids; a torch env's
 constructor arguments) and ``agent.encoder`` (``build_encoder``'s arguments).
 
 :func:`check_config` reports every bad key of a composed config at once, one line each
-naming the key, the bad value and what is valid; :func:`rltrans.config.load_config` raises
-them as one ConfigError.
+naming the key, the bad value and what is valid; :func:`rltrans.config.compose.load_config`
+raises them as one ConfigError.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any, get_args
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rltrans.spec import (
+from rltrans.config.files import group_kinds
+from rltrans.config.spec import (
     BOOL,
     DEVICE,
     POSITIVE,
@@ -42,18 +43,6 @@ from rltrans.spec import (
 )
 
 _MISSING = object()
-
-
-def group_kinds(group: str) -> list[str]:
-    """The ``kind`` values the options of a config group declare (configs/<group>/*.yaml)."""
-    from rltrans.config import config_root, group_options
-
-    folder = config_root() / group
-    kinds = {
-        OmegaConf.create((folder / f"{o}.yaml").read_text()).get("kind")
-        for o in group_options(group)
-    }
-    return sorted(str(k) for k in kinds if k is not None)
 
 
 def specs(config_name: str) -> dict[str, Spec]:

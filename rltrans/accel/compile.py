@@ -26,49 +26,70 @@ Two tools, for two kinds of work:
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
 import platform
+import sys
+import tempfile
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
 
-# Inductor options of every compiled program. fallback_random: random ops run as aten's
-# (Inductor's own per-element generator made compiled dropout ~1.6x slower). Kernels keep the
-# thread count of compile time (torch.get_num_threads()): reading it at each call
-# (cpp.dynamic_threads) made a small model's compiled PPO update 1.34x slower on one thread,
-# so compiled programs are keyed by their thread count instead.
+# Inductor options of every compiled program (public ``torch.compile`` options).
+# fallback_random: random ops run as aten's, so a compiled step draws the same dropout masks
+# as an eager one from the same seed (Inductor's own per-element generator was also ~1.6x
+# slower for dropout on CPU). Kernels keep the thread count of compile time
+# (torch.get_num_threads()): reading it at each call (cpp.dynamic_threads) made a small
+# model's compiled PPO update 1.34x slower on one thread, so programs are keyed by it.
 KERNEL_OPTIONS: dict[str, Any] = {"fallback_random": True}
 OPTIONS: dict[str, Any] = {"cpp_wrapper": True, **KERNEL_OPTIONS}
-# AOTInductor packages came with torch 2.6; before that the acting step uses torch.compile.
-# (A version test, not hasattr(torch._inductor, ...): touching torch._inductor imports the
-# compiler stack, ~70 MB resident and ~1.5 s, which an eager run never needs.)
+# AOTInductor packages (torch._inductor.aoti_compile_and_package / aoti_load_package, the
+# documented entry points) came with torch 2.6; before that the acting step uses
+# torch.compile. (A version test, not hasattr: touching torch._inductor imports the compiler
+# stack, ~70 MB resident and ~1.5 s, which an eager run never needs.)
 AOTI = torch.torch_version.TorchVersion(torch.__version__) >= (2, 6)
 
 
 def compiled(fn: Callable, *, fullgraph: bool = False) -> Callable:
-    """``torch.compile(fn)`` with rltrans' options: static shapes, the C++ wrapper,
-    :class:`~rltrans.saved_masks.SaveDropoutMasks` on the joint forward-backward graph and
-    :class:`~rltrans.column_sums.ColumnSumsAsGemv` on the graphs after autograd."""
-    options = dict(OPTIONS)
-    try:  # needs torch._inductor (imported here, not at module import) and its pass API
-        from rltrans.column_sums import ColumnSumsAsGemv
-        from rltrans.saved_masks import SaveDropoutMasks
-
-        options["joint_custom_post_pass"] = SaveDropoutMasks()
-        options["post_grad_custom_post_pass"] = ColumnSumsAsGemv()
-    except ImportError:  # a torch without custom graph passes: Inductor's own graphs
-        pass
-    return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=options)
+    """``torch.compile(fn)`` with rltrans' options: static shapes, the C++ wrapper, torch's
+    own random ops."""
+    return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=dict(OPTIONS))
 
 
-class _Bound(nn.Module):
-    """``fn`` as the forward of a module that holds ``owner`` (what functional_call needs)."""
+def _report(line: str) -> None:
+    """A one-line notice on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
+class _Flat(nn.Module):
+    """``fn`` as a function of one flat tuple of tensors, for export: the owner's parameters
+    and buffers first (by name), then the tensor leaves of the call's arguments; the
+    arguments' structure and non-tensor leaves are fixed (part of the program's key).
+
+    The owner is held outside the module tree, so the exported program lifts no parameters
+    of its own (AOTInductor would bake a copy of the weights into the binary).
+    """
+
+    def __init__(self, call: _Call, names: list[str], spec: Any) -> None:
+        super().__init__()
+        self.call, self.names, self.spec = [call], names, spec  # a list hides it from nn.Module
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``fn(*args)`` with the owner's state taken from ``tensors``; outputs flattened."""
+        state = dict(zip(self.names, tensors[: len(self.names)], strict=True))
+        args = _unflatten(self.spec, iter(tensors[len(self.names) :]))
+        out = torch.func.functional_call(self.call[0], state, args)
+        leaves: list[torch.Tensor] = []
+        _flatten(out, leaves)
+        return tuple(leaves)
+
+
+class _Call(nn.Module):
+    """``fn`` as the forward of a module holding ``owner`` (what functional_call needs)."""
 
     def __init__(self, fn: Callable, owner: nn.Module) -> None:
         super().__init__()
@@ -79,26 +100,17 @@ class _Bound(nn.Module):
         return self.fn(*args)
 
 
-class _StateAsInput(nn.Module):
-    """``fn`` with the owner's parameters and buffers as its first argument (for export).
-
-    The bound module is held outside the module tree, so the exported program lifts no
-    parameters of its own (AOTInductor would bake a copy of the weights into the binary).
-    """
-
-    def __init__(self, bound: _Bound) -> None:
-        super().__init__()
-        self.bound = [bound]  # a list hides it from nn.Module
-
-    def forward(self, state: dict[str, torch.Tensor], *args: Any) -> Any:
-        """``fn(*args)`` with the owner's parameters and buffers taken from ``state``."""
-        return torch.func.functional_call(self.bound[0], state, args)
-
-
 class AheadOfTime:
     """``fn``, a pure function of tensors using ``owner``'s parameters and buffers, compiled
     ahead of time (``torch.export`` + AOTInductor) for each new input signature it meets
-    (shapes, dtypes, devices, non-tensor arguments). Off the CPU it uses :func:`compiled`.
+    (structure, shapes, dtypes, devices, non-tensor arguments). Off the CPU, on a torch
+    before 2.6, or where AOTInductor fails, it uses :func:`compiled` (said once on stderr).
+
+    The parameters and buffers are inputs of the compiled program, read at every call, so
+    optimiser updates and ``load_state_dict`` need no recompilation. Compiled packages are
+    cached on disk (``rltrans-aoti/`` in Inductor's cache folder), keyed by the exported
+    graph, torch's version and the CPU, so a later run of the same model skips the ~15-30 s
+    of C++ compilation.
 
     >>> lin = nn.Linear(3, 2)
     >>> fast = AheadOfTime(lambda x: lin(x).relu(), lin)
@@ -107,28 +119,43 @@ class AheadOfTime:
     """
 
     def __init__(self, fn: Callable, owner: nn.Module) -> None:
-        self.bound = _Bound(fn, owner)
-        self.runners: dict[tuple, Callable[[tuple, list[Any]], Any]] = {}
+        self.fn, self.owner = fn, owner
+        self.runners: dict[tuple, Callable[[list[torch.Tensor]], Any]] = {}
 
     def __call__(self, *args: Any) -> Any:
         """``fn(*args)`` through the runner compiled for this signature (compiled if new)."""
-        leaves, spec = pytree.tree_flatten(args)
-        key = (spec, torch.get_num_threads(), *(_signature(leaf) for leaf in leaves))
+        leaves: list[torch.Tensor] = []
+        spec = _flatten(args, leaves)
+        key = (spec, torch.get_num_threads(), *((t.shape, t.dtype, t.device) for t in leaves))
         runner = self.runners.get(key)
         if runner is None:
-            runner = self.runners[key] = self._compile(args, leaves)
+            runner = self.runners[key] = self._compile(args, spec, leaves)
         return runner(args, leaves)
 
-    def _compile(self, args: tuple, leaves: list[Any]) -> Callable[[tuple, list[Any]], Any]:
-        """A runner ``(args, leaves) -> fn(*args)`` for the signature of ``args`` (whose
-        flattened ``leaves`` the caller has already)."""
-        on_cpu = all(t.device.type == "cpu" for t in leaves if isinstance(t, torch.Tensor))
-        if not (on_cpu and AOTI):
-            fn = compiled(self.bound.fn, fullgraph=True)
-            return lambda args, leaves: fn(*args)
-        slots = _state_slots(self.bound)
-        state = {name: table[leaf] for name, table, leaf in slots}
-        program = torch.export.export(_StateAsInput(self.bound), (state, *args), strict=False)
+    def _compile(self, args: tuple, spec: Any, leaves: list[torch.Tensor]) -> Callable:
+        """A runner ``(args, leaves) -> fn(*args)`` for this signature."""
+        on_cpu = all(t.device.type == "cpu" for t in leaves)
+        if on_cpu and AOTI:
+            try:
+                return self._ahead_of_time(args, spec, leaves)
+            except Exception as err:
+                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                _report(f"compile: AOTInductor failed ({type(err).__name__}: {first[:200]}); "
+                        f"the acting step uses torch.compile")  # fmt: skip
+        fn = compiled(self.fn, fullgraph=True)
+        return lambda args, leaves: fn(*args)
+
+    def _ahead_of_time(self, args: tuple, spec: Any, leaves: list[torch.Tensor]) -> Callable:
+        """Export ``fn`` for this signature and load (or compile and cache) its package."""
+        # The output's structure, from one eager call that leaves torch's generator as it was.
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            out_spec = _flatten(self.fn(*args), [])
+        call = _Call(self.fn, self.owner)
+        slots = _state_slots(call)
+        names = [name for name, _, _ in slots]
+        flat = _Flat(call, names, spec)
+        state = [table[leaf] for _, table, leaf in slots]
+        program = torch.export.export(flat, (*state, *leaves), strict=False)
         package = _package_path(program)
         loaded = _load(package)
         if loaded is None:  # not cached (or unreadable): compile, then publish atomically
@@ -139,24 +166,48 @@ class AheadOfTime:
             )
             os.replace(scratch, package)
             loaded = _open(package)
-        out_spec = pytree.treespec_loads(loaded.loader.get_call_spec()[1])
-        run = getattr(loaded.loader, "boxed_run", None) or loaded.loader.run  # older torch: run
-        flat_tuple = out_spec.type is tuple and out_spec.num_leaves == out_spec.num_children
-        unflatten = tuple if flat_tuple else partial(_unflatten, spec=out_spec)  # tuple: cheaper
 
-        def runner(args: tuple, leaves: list[Any]) -> Any:
+        def runner(args: tuple, leaves: list[torch.Tensor]) -> Any:
             # Parameters and buffers now, read from the modules' own tables (an optimiser step
             # or a reassigned buffer shows; ``getattr`` on modules cost ~0.15 ms per call).
             inputs = [table[leaf] for _, table, leaf in slots]
-            inputs += [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-            return unflatten(run(inputs))
+            return _unflatten(out_spec, iter(loaded(*inputs, *leaves)))
 
         return runner
 
 
-def _unflatten(leaves: list[Any], spec: pytree.TreeSpec) -> Any:
-    """The program's outputs in their original structure."""
-    return pytree.tree_unflatten(leaves, spec)
+# ------------------------------------------------------------------ structure of arguments
+# A call's arguments as a hashable structure (tuples, lists, dicts, named tuples) with its
+# tensors taken out in order, and back; non-tensor leaves stay in the structure, so a program
+# is specialised to their values.
+_TENSOR = "<tensor>"
+
+
+def _flatten(obj: Any, leaves: list[torch.Tensor]) -> Any:
+    """The structure of ``obj`` (hashable), appending its tensors to ``leaves``."""
+    if isinstance(obj, torch.Tensor):
+        leaves.append(obj)
+        return _TENSOR
+    if isinstance(obj, tuple | list):
+        return (type(obj), tuple(_flatten(x, leaves) for x in obj))
+    if isinstance(obj, dict):
+        return (dict, tuple((k, _flatten(obj[k], leaves)) for k in obj))
+    return obj
+
+
+def _unflatten(spec: Any, leaves: Any) -> Any:
+    """``obj`` again from its structure and an iterator over its tensors."""
+    if isinstance(spec, str) and spec == _TENSOR:
+        return next(leaves)
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], type):
+        kind, kids = spec
+        if kind is dict:
+            return {k: _unflatten(v, leaves) for k, v in kids}
+        items = [_unflatten(x, leaves) for x in kids]
+        if kind is list:
+            return items
+        return kind(*items) if hasattr(kind, "_fields") else kind(items)  # named tuples
+    return spec
 
 
 def _load(package: Path) -> Any:
@@ -177,6 +228,19 @@ def _open(package: Path) -> Any:
         return torch._inductor.aoti_load_package(str(package))
 
 
+def cache_dir() -> Path:
+    """Inductor's cache folder: ``TORCHINDUCTOR_CACHE_DIR``, else ``torchinductor_<user>`` in
+    the temporary folder (Inductor's own default)."""
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if given:
+        return Path(given)
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (some containers)
+        user = str(os.getuid())
+    return Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+
+
 def _package_path(program: torch.export.ExportedProgram) -> Path:
     """Where the compiled package of ``program`` is cached: a hash of everything the binary
     depends on (the graph printed with every node's shape and dtype, its tensor constants,
@@ -193,16 +257,13 @@ def _package_path(program: torch.export.ExportedProgram) -> Path:
         digest.update(name.encode())
         if isinstance(value, torch.Tensor):
             digest.update(value.detach().cpu().contiguous().numpy().tobytes())
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    return Path(cache_dir()) / "rltrans-aoti" / f"{digest.hexdigest()[:32]}.pt2"
+    return cache_dir() / "rltrans-aoti" / f"{digest.hexdigest()[:32]}.pt2"
 
 
 def _state_slots(module: nn.Module) -> list[tuple[str, dict[str, Any], str]]:
     """(qualified name, the owning submodule's parameter or buffer table, key) of every
-    parameter, then every buffer, in ``named_parameters`` / ``named_buffers`` order (the
-    exported program's input order). The tables are the modules' live dicts, so reading them
-    later sees reassignments."""
+    parameter, then every buffer, in ``named_parameters`` / ``named_buffers`` order. The
+    tables are the modules' live dicts, so reading them later sees reassignments."""
     owners = dict(module.named_modules(remove_duplicate=False))
     slots = []
     for kind, named in (
@@ -213,14 +274,6 @@ def _state_slots(module: nn.Module) -> list[tuple[str, dict[str, Any], str]]:
             path, _, leaf = name.rpartition(".")
             slots.append((name, getattr(owners[path], kind), leaf))
     return slots
-
-
-def _signature(leaf: Any) -> Any:
-    """What a compiled program is specialised to: a tensor's shape, dtype and device, or a
-    non-tensor leaf's value."""
-    if isinstance(leaf, torch.Tensor):
-        return (tuple(leaf.shape), leaf.dtype, leaf.device)
-    return leaf
 
 
 class AutoCompile:

@@ -1,0 +1,191 @@
+"""Everything that only makes rltrans faster, behind one seam; removing it changes no result.
+
+* :mod:`~rltrans.accel.compile` — ``compile=true|auto``: ``torch.compile`` of training
+  steps, an ahead-of-time compiled acting step, and the ``auto`` chooser;
+* :mod:`~rltrans.accel.acting` — an agent's acting step compiled from outside the agent;
+* :mod:`~rltrans.accel.threads` — ``torch_threads=auto``: thread counts and streams chosen
+  by timing the run's own calls;
+* :mod:`~rltrans.accel.flat` — a CPU model's parameters as views of one flat tensor;
+* :mod:`~rltrans.accel.chunks` — a minibatch's gradient in parts (``algo.chunk_obs_mb``)
+  or in parts side by side (streams).
+
+A learner holds one :class:`Accel` and asks it for what to run: ``program(loss_fn)`` (the
+loss as it should run now, eager or compiled), ``gradient(loss_fn, batch, learner)`` (a
+minibatch's gradient, whole or in parts), ``step()`` (the context that sets and times the
+thread plan) and ``trainable(model)`` (the parameters its optimizer trains). The learner
+knows nothing of how any of these is made fast. Only public PyTorch APIs are used here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from rltrans import distributed
+from rltrans.accel.acting import CompiledActing, compiled_acting
+from rltrans.accel.chunks import LossFn, Parts, part_count
+from rltrans.accel.compile import AheadOfTime, AutoCompile, compiled
+from rltrans.accel.flat import FlatParameters, PerTensor, trainable
+from rltrans.accel.threads import AUTO, Plan, ThreadTuner, set_threads, tuned
+from rltrans.core.dropout import Dropout
+
+__all__ = [
+    "AUTO", "Accel", "AheadOfTime", "AutoCompile", "CompiledActing", "Plan", "ThreadTuner",
+    "compile_choice", "compiled", "compiled_acting", "draws_random", "set_threads",
+    "thread_tuners", "trainable",
+]  # fmt: skip
+
+
+def _report(line: str) -> None:
+    """A line for the user on stderr (what an ``auto`` choice decided)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+class Accel:
+    """How one learner's steps run: eager or compiled, on which thread plan, in how many parts.
+
+    ``chunk_obs_mb``: split a minibatch into parts whose observations take at most this many
+    MiB as float32 (None: whole minibatches).
+    """
+
+    def __init__(self, *, chunk_obs_mb: float | None = None) -> None:
+        if chunk_obs_mb is not None and not chunk_obs_mb > 0:
+            raise ValueError(f"algo.chunk_obs_mb={chunk_obs_mb} must be a positive number or null")
+        self.chunk_bytes = None if chunk_obs_mb is None else float(chunk_obs_mb) * 2**20
+        self.threads: ThreadTuner | None = None  # torch_threads=auto: times each step
+        self.compiling = False
+        self._programs: dict[Any, Callable] = {}
+        self._parts = Parts()
+        self._actors: list[tuple[Any, nn.Module]] = []
+        self._compiled_acting: dict[int, CompiledActing | None] = {}
+
+    # ---------------------------------------------------------------- what the learner asks
+    @staticmethod
+    def trainable(model: nn.Module) -> FlatParameters | PerTensor:
+        """The parameters an optimizer trains (flat on CPU, see :mod:`rltrans.accel.flat`)."""
+        return trainable(model)
+
+    def step(self) -> contextlib.AbstractContextManager:
+        """Context for one learner step: sets (and while measuring, times) the thread plan."""
+        return tuned(self.threads)
+
+    def program(self, fn: Callable) -> Callable:
+        """``fn`` as it should run now: compiled (compiled at its first call and kept) when
+        compiling, else eager. Eager while the thread plan is still measured: compiled
+        kernels keep the thread count they were built with."""
+        if not self.compiling or self.trialing_threads:
+            return fn
+        program = self._programs.get(fn)  # bound methods compare by object and function
+        if program is None:
+            program = self._programs[fn] = compiled(fn)
+        return program
+
+    def gradient(
+        self, loss_fn: LossFn, batch: Any, learner: Any
+    ) -> tuple[dict[str, torch.Tensor], Any]:
+        """The gradient of ``loss_fn(batch)`` summed into ``learner``'s parameters (through
+        its ``backward`` / ``gradients`` / ``add_gradients``), whole or in parts; returns the
+        metrics and per-token aux values of the whole minibatch."""
+        plan = self.threads.plan if self.threads is not None else None
+        return self._parts.accumulate(
+            self.program(loss_fn),
+            batch,
+            learner,
+            count=part_count(batch, self.chunk_bytes),
+            streams=plan.streams if plan is not None else 1,
+            threads=plan.threads if plan is not None else 1,
+        )
+
+    @property
+    def trialing_threads(self) -> bool:
+        """True while ``torch_threads=auto`` is still timing thread plans."""
+        return self.threads is not None and self.threads.chosen is None
+
+    # ------------------------------------------------------------------- the compile switch
+    def act_through(self, actor: Any, agent: nn.Module) -> None:
+        """Let ``actor`` (anything with ``use_policy(policy)``) act through ``agent``'s compiled
+        step while compiling, through ``agent`` otherwise (applied at once)."""
+        self._actors.append((actor, agent))
+        actor.use_policy(self._acting(agent) or agent)
+
+    def use_compiled(self, on: bool) -> None:
+        """Switch compiled programs on or off, for the learner's steps and the acting steps
+        of every actor handed to :meth:`act_through`."""
+        self.compiling = on
+        for actor, agent in self._actors:
+            actor.use_policy(self._acting(agent) or agent)
+
+    def _acting(self, agent: nn.Module) -> CompiledActing | None:
+        """``agent``'s compiled acting step (one per agent, kept) while compiling, else None."""
+        if not self.compiling:
+            return None
+        if id(agent) not in self._compiled_acting:
+            self._compiled_acting[id(agent)] = compiled_acting(agent)
+        return self._compiled_acting[id(agent)]
+
+
+def draws_random(model: nn.Module) -> bool:
+    """True if the model's training forward draws random numbers (dropout with p > 0): parts
+    of such a step on several threads would draw from the one generator in racing order."""
+    for m in model.modules():
+        p = getattr(m, "p", None) if isinstance(m, nn.Dropout | Dropout) else None
+        if (p or 0.0) > 0.0 or getattr(m, "dropout", 0.0) > 0.0:
+            return True
+    return False
+
+
+def thread_tuners(
+    setting: Any,
+    device: torch.device,
+    saved: dict[str, Any] | None = None,
+    *names: str,
+    streams: tuple[str, ...] = (),
+) -> dict[str, ThreadTuner]:
+    """``torch_threads=auto`` on CPU: one :class:`ThreadTuner` per kind of call in ``names``
+    (e.g. ``learner step``, ``acting step``), restored from a checkpoint's ``saved`` choices;
+    each reports its choice on stderr. The calls named in ``streams`` can also run as
+    one-thread streams (not under torchrun). Empty for a fixed count or a CUDA device."""
+    if setting != AUTO or device.type != "cpu":
+        return {}
+    split = () if distributed.active() else streams  # torchrun's collectives: main thread
+    tuners = {name: ThreadTuner(name, streams=name in split, report=_report) for name in names}
+    for name, state in (saved or {}).items():
+        if name in tuners:
+            tuners[name].load_state_dict(state)
+    return tuners
+
+
+def compile_choice(
+    setting: Any,
+    accel: Accel,
+    updates_left: int,
+    saved: str | None = None,
+    *,
+    measure: int = 2,
+) -> AutoCompile | None:
+    """What ``compile`` asks: ``true`` switches ``accel`` to compiled programs now (said on
+    stderr), ``auto`` returns an :class:`AutoCompile` over ``updates_left`` updates that
+    times the first ``measure`` (or applies a checkpoint's ``saved`` choice), ``false``
+    returns None."""
+    if setting == "auto":
+        chooser = AutoCompile(
+            updates_left,
+            enable=lambda: accel.use_compiled(True),
+            disable=lambda: accel.use_compiled(False),
+            report=_report,
+            measure=measure,
+        )
+        chooser.restore(saved)
+        return chooser
+    if setting:
+        accel.use_compiled(True)
+        _report(
+            "compile=true: the first update compiles the training step and, for agents whose "
+            "acting step is a pure function, the acting step (~15-60 s)"
+        )
+    return None

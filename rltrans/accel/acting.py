@@ -1,0 +1,55 @@
+"""An agent's acting step compiled from outside the agent.
+
+An agent whose backbone step is a pure function of tensors (``agent.compilable_step``: the
+transformer stacks) offers the step in three pieces: ``begin_step(state, done)`` (resets
+and reads of the cache, eager), ``act_outputs(obs, deterministic, *inputs)`` (the math, a
+pure function) and ``end_step(state, outputs)`` (the cache writes, eager).
+:class:`CompiledActing` runs the middle piece through
+:class:`~rltrans.accel.compile.AheadOfTime` and is otherwise the agent itself, so the
+runtime can act through either; the agent holds no compiled program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rltrans.accel.compile import AheadOfTime
+from rltrans.types import ActOutput
+
+
+class CompiledActing:
+    """``agent`` acting through its compiled step; every other attribute is the agent's."""
+
+    def __init__(self, agent: nn.Module) -> None:
+        if not getattr(agent, "compilable_step", False):
+            raise ValueError(f"{type(agent).__name__} has no compilable acting step")
+        self.agent = agent
+        self.program = AheadOfTime(agent.act_outputs, agent)
+
+    @torch.no_grad()
+    def act(
+        self, obs: Any, state: Any, done: Tensor, *, deterministic: bool = False
+    ) -> tuple[ActOutput, Any]:
+        """One step for N envs, as ``agent.act``."""
+        state, inputs = self.agent.begin_step(state, done)
+        mode = torch.tensor(deterministic, device=done.device)
+        return self.agent.end_step(state, self.program(obs, mode, *inputs))
+
+    @torch.no_grad()
+    def peek_value(self, obs: Any, state: Any) -> Tensor:
+        """V(obs) as the next step of the current episodes, as ``agent.peek_value``."""
+        _, inputs = self.agent.begin_step(state, None)  # without ``done`` nothing is written
+        mode = torch.tensor(True, device=self.agent.device)
+        return self.program(obs, mode, *inputs)[2]
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names this wrapper lacks: initial_state, observe, refresh_state...
+        return getattr(self.__dict__["agent"], name)
+
+
+def compiled_acting(agent: nn.Module) -> CompiledActing | None:
+    """The agent acting through its compiled step, or None if its step cannot compile."""
+    return CompiledActing(agent) if getattr(agent, "compilable_step", False) else None

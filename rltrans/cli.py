@@ -1,0 +1,48 @@
+"""The shell the command-line tools share (rltrans.train, .evaluate, .collect): ``--help``,
+``--cfg``, user errors as exit code 2 and the one-line JSON summary."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from omegaconf import OmegaConf
+
+from rltrans.checkpoint import CheckpointError
+from rltrans.config import ConfigError, config_help, load_config
+from rltrans.logging import print_summary
+from rltrans.spaces import SpaceMismatchError
+
+
+def _print_to_pipe(text: str) -> None:
+    """Print long output that may be cut short by its reader (``--help | head``) quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # The reader left: point stdout at /dev/null so the interpreter's final flush is silent.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -> int:
+    """Shared body of the command-line tools: ``--help``, ``--cfg``, config errors and the
+    one-line JSON summary. ``run(cfg) -> summary`` gets a config that passed
+    :func:`rltrans.config.load_config`'s checks; exit code 2 for a user error, 1 when the
+    summary's status is not "finished", else 0."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = [a for a in argv if a not in ("--cfg", "--help", "-h")]
+    try:
+        if "--help" in argv or "-h" in argv:
+            _print_to_pipe(doc.strip() + "\n\n" + config_help(config_name, overrides))
+            return 0
+        cfg = load_config(overrides, config_name)  # every bad value stops here, before run()
+        if "--cfg" in argv:
+            print(OmegaConf.to_yaml(cfg))
+            return 0
+        summary = run(cfg)
+    except (ConfigError, FileNotFoundError, CheckpointError, SpaceMismatchError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line (rank 0's)
+        print_summary(summary)
+    return 0 if summary.get("status", "finished") == "finished" else 1

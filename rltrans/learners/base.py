@@ -1,0 +1,172 @@
+"""The generic learner: optimizer, learning-rate schedule, gradient clipping, AMP, non-finite
+checks and the gradient average over learner processes.
+
+A learner knows no environment and no process: it receives batches and returns metrics.
+How its steps are made fast (compiled programs, thread plans, flat parameters, minibatches
+in parts) is its :class:`~rltrans.accel.Accel`'s business; the learner only asks it for the
+program to run and the parameters to train.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rltrans import distributed
+from rltrans.accel import Accel
+from rltrans.types import Aux
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised when a loss or gradient becomes NaN/inf; the caller keeps its last good checkpoint."""
+
+
+def fold_aux(loss: Tensor, metrics: dict[str, Tensor], aux: Aux) -> tuple[Tensor, Aux]:
+    """An agent's ``aux`` from ``evaluate`` folded into a loss: ``loss_*`` entries join the
+    loss, 0-d entries join ``metrics`` (detached); entries with one value per token (e.g.
+    ponder steps) are returned apart, detached."""
+    per_token = {}
+    for name, v in aux.items():
+        if name.startswith("loss_"):
+            loss = loss + v
+        if v.dim() == 0:
+            metrics[name] = v.detach()
+        else:
+            per_token[name] = v.detach()
+    return loss, per_token
+
+
+class Learner:
+    """Adam(W) with optional linear lr annealing and warmup, global grad-norm clipping, AMP on
+    CUDA, and the gradient averaged over learner processes under ``torchrun``."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        lr: float,
+        total_updates: int,
+        anneal_lr: bool = True,
+        warmup_updates: int = 0,
+        max_grad_norm: float | None = 0.5,
+        weight_decay: float = 0.0,
+        eps: float = 1e-5,
+        amp: bool = False,
+        accel: Accel | None = None,
+    ) -> None:
+        self.model = model
+        self.accel = accel or Accel()
+        self.params = self.accel.trainable(model)
+        self.max_grad_norm = max_grad_norm
+        # fused=True: one kernel for all parameters instead of a loop of small ops per tensor.
+        self.optimizer = torch.optim.AdamW(
+            self.params.tensors, lr=lr, eps=eps, weight_decay=weight_decay, fused=True
+        )
+        total = max(1, total_updates)
+
+        def factor(update: int) -> float:
+            warm = min(1.0, (update + 1) / warmup_updates) if warmup_updates > 0 else 1.0
+            decay = max(0.0, 1.0 - update / total) if anneal_lr else 1.0
+            return warm * decay
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+        device = next(model.parameters()).device
+        self.amp = amp and device.type == "cuda"
+        # bfloat16 autocast needs no loss scaling; fp16-only GPUs fall back to a GradScaler.
+        self.amp_dtype = torch.bfloat16 if self.amp and torch.cuda.is_bf16_supported() else None
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype is None)
+        self.device_type = device.type
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Mixed-precision context for the forward pass (a no-op on CPU or with amp off)."""
+        if not self.amp:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.amp_dtype or torch.float16)
+
+    def step(self, loss: Tensor) -> Tensor:
+        """Backward, clip, optimizer step; returns the pre-clip gradient norm. Under
+        ``torchrun`` the gradient is averaged over the learner processes before clipping (and
+        a non-finite loss on any of them stops all of them at the same step)."""
+        self.backward(loss, first=True)
+        return self.apply_gradients()
+
+    def backward(self, loss: Tensor, *, first: bool) -> None:
+        """Check ``loss`` is finite, then add its gradient (``first`` zeroes them before): a
+        gradient step may sum several backward passes before :meth:`apply_gradients`."""
+        finite = bool(torch.isfinite(loss))
+        if not distributed.all_true(finite):
+            where = "" if not finite else " on another learner process"
+            raise NonFiniteLossError(
+                f"loss is {'non-finite' if finite else loss.item()}{where}; stopping before "
+                f"the weights change"
+            )
+        if first:
+            self.params.zero_grad(self.optimizer)
+        self.scaler.scale(loss).backward()
+
+    def gradients(self, loss: Tensor) -> tuple[Tensor | None, ...] | None:
+        """The gradient of ``loss`` for each trained parameter of the model, returned instead
+        of accumulated (None if the loss is not finite)."""
+        if not bool(torch.isfinite(loss)):
+            return None
+        return torch.autograd.grad(self.scaler.scale(loss), self.model_params, allow_unused=True)
+
+    def add_gradients(self, grads: tuple[Tensor | None, ...] | None) -> None:
+        """Add gradients from :meth:`gradients` to the parameters' (after a backward pass)."""
+        if grads is None:
+            raise NonFiniteLossError("loss is non-finite; stopping before the weights change")
+        for p, g in zip(self.model_params, grads, strict=True):
+            if g is None:
+                continue
+            if p.grad is None:
+                p.grad = g
+            else:
+                p.grad.add_(g)
+
+    @property
+    def model_params(self) -> list[Tensor]:
+        """The model's own parameters that train."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def apply_gradients(self) -> Tensor:
+        """Average over learner processes, clip and step on the summed gradients; returns the
+        pre-clip gradient norm."""
+        self.params.sync()
+        distributed.all_reduce_grads_(self.params.tensors)
+        self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.params.tensors if p.grad is not None]
+        max_norm = self.max_grad_norm if self.max_grad_norm else float("inf")
+        norm = nn.utils.clip_grad_norm_(params, max_norm)
+        if not torch.isfinite(norm) and not self.scaler.is_enabled():
+            raise NonFiniteLossError(f"gradient norm is {norm.item()}; stopping")
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return norm
+
+    def end_update(self) -> None:
+        """Advance the learning-rate schedule by one update (one rollout)."""
+        self.scheduler.step()
+
+    @property
+    def lr(self) -> float:
+        """Current learning rate."""
+        return self.optimizer.param_groups[0]["lr"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, schedule and scaler state for checkpoints."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (an optimizer state saved per parameter, e.g.
+        on CUDA, converts to the flat layout on CPU, and back)."""
+        self.optimizer.load_state_dict(self.params.optimizer_state(state["optimizer"]))
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])

@@ -1,0 +1,186 @@
+"""IMPALA's learner (Espeholt et al. 2018): one V-trace gradient step per batch of rollouts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.learners.base import Learner, fold_aux
+from rltrans.losses.impala import impala_loss
+from rltrans.returns import next_values_from
+from rltrans.types import Aux, Segment, tree_map, tree_stack
+
+
+class ImpalaLearner(Learner):
+    """IMPALA (Espeholt et al. 2018): one gradient step per batch of B rollouts, V-trace over
+    the whole rollout of T steps; the segments of L steps (each replayed from its stored
+    memory, as PPO does) only bound how far gradients flow back in time.
+
+    The bootstrap V(x_T) after each rollout, like V(final obs) of truncated episodes, is the
+    one its actor computed with the behaviour weights (``bootstrap_value``): exact when the
+    weights that acted are the learner's (policy lag 0, runtime=local), and otherwise the
+    only stale value in the targets, discounted by gamma^(T - s) and the traces. Recomputing
+    it would need the memory after the rollout, which a rollout does not carry.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        impala: dict[str, Any],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, eps=impala.get("adam_eps", 1e-5), **kwargs)
+        if impala.get("optimizer", "rmsprop") == "rmsprop":
+            # RMSProp as in the paper (torch adds eps outside the square root, TF inside).
+            schedule = self.scheduler.lr_lambdas[0]
+            self.optimizer = torch.optim.RMSprop(
+                self.params.tensors,
+                lr=kwargs["lr"],
+                alpha=impala["rmsprop_alpha"],
+                eps=impala["rmsprop_eps"],
+                momentum=impala["rmsprop_momentum"],
+            )
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        pg_rho_bar = impala.get("pg_rho_bar")
+        self.loss_kwargs = {
+            "gamma": impala["gamma"],
+            "rho_bar": impala["rho_bar"],
+            "c_bar": impala["c_bar"],
+            "pg_rho_bar": pg_rho_bar,
+            "lam": impala["vtrace_lambda"],
+            "vf_coef": impala["vf_coef"],
+            "ent_coef": impala["ent_coef"],
+            "normalize_advantages": impala.get("normalize_advantages", False),
+            "min_advantage_std": impala.get("min_advantage_std", 0.0),
+            "clip_coef": impala.get("clip_coef"),
+        }
+        self.epochs = int(impala.get("epochs", 1))
+        self.num_minibatches = int(impala.get("num_minibatches", 1))
+        self.distributions: dict[str, Tensor] = {}
+
+    @staticmethod
+    def concat(buffers: list[RolloutBuffer]) -> dict[str, Any]:
+        """B rollouts of (T, N_i) as one time-major batch (T, sum N_i), memories likewise."""
+        first = buffers[0]
+        for b in buffers[1:]:
+            if (b.num_steps, b.segment_length) != (first.num_steps, first.segment_length):
+                raise ValueError("rollouts of one learner step need the same T and L")
+
+        def cat(*xs: Tensor) -> Tensor:
+            return xs[0] if len(xs) == 1 else torch.cat(xs, dim=1)
+
+        def cat_memory(*ms: Tensor) -> Tensor:
+            return ms[0] if len(ms) == 1 else torch.cat(ms, dim=0)  # memories are batch-first
+
+        fields = ("actions", "starts", "log_probs", "rewards", "terminated", "truncated")
+        out = {f: cat(*(getattr(b, f) for b in buffers)) for f in fields}
+        out["final_values"] = cat(*(b.final_values for b in buffers))
+        out["obs"] = tree_map(cat, *(b.obs for b in buffers))
+        out["memories"] = [
+            tree_map(cat_memory, *(b.memories[k] for b in buffers))
+            for k in range(len(first.memories))
+        ]
+        return out
+
+    def replay(
+        self, batch: dict[str, Any], segment_length: int
+    ) -> tuple[Tensor, Tensor, Tensor, Aux]:
+        """Target log-probs, entropies and values (T, N) of a batch from :meth:`concat`: every
+        segment of L steps replayed from its stored memory (``agent.evaluate``), as PPO does."""
+        steps, envs = batch["starts"].shape
+        k = steps // segment_length
+
+        def to_segments(x: Tensor) -> Tensor:  # (T, N, ...) -> (K * N, L, ...)
+            x = x.reshape(k, segment_length, envs, *x.shape[2:]).transpose(1, 2)
+            return x.reshape(k * envs, segment_length, *x.shape[3:])
+
+        def to_time(x: Tensor) -> Tensor:  # (K * N, L) -> (T, N)
+            return x.reshape(k, envs, segment_length).transpose(1, 2).reshape(steps, envs)
+
+        memory = tree_map(lambda m: m.flatten(0, 1), tree_stack(batch["memories"]))
+        segment = Segment(
+            obs=tree_map(to_segments, batch["obs"]),
+            actions=to_segments(batch["actions"]),
+            starts=to_segments(batch["starts"]),
+            memory=memory,
+        )
+        with self.autocast():
+            log_prob, entropy, value, aux = self.model.evaluate(segment)
+        log_prob, entropy, value = (to_time(x.float()) for x in (log_prob, entropy, value))
+        return log_prob, entropy, value, aux
+
+    def batch_loss(
+        self, batch: dict[str, Any], segment_length: int, bootstrap: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor], Aux]:
+        """Replay every segment, then the IMPALA loss over the whole (T, N) batch: V-trace
+        runs over all T steps; gradients flow only within a segment."""
+        log_prob, entropy, value, aux = self.replay(batch, segment_length)
+        next_values = next_values_from(
+            value.detach(), bootstrap, batch["truncated"], batch["final_values"]
+        )
+        loss, metrics = impala_loss(
+            log_prob,
+            batch["log_probs"],
+            entropy,
+            value,
+            next_values,
+            batch["rewards"],
+            batch["terminated"],
+            batch["truncated"],
+            **self.loss_kwargs,
+        )
+        with torch.no_grad():  # k3 estimate of KL(behaviour || target), as PPO reports it
+            log_rho = log_prob - batch["log_probs"]
+            metrics["approx_kl"] = ((log_rho.exp() - 1.0) - log_rho).mean()
+        loss, per_token = fold_aux(loss, metrics, aux)
+        return loss, metrics, per_token
+
+    @staticmethod
+    def select_envs(batch: dict[str, Any], index: Tensor) -> dict[str, Any]:
+        """The columns ``index`` of a batch from :meth:`concat` (whole rollouts of some envs)."""
+        out = {k: v[:, index] for k, v in batch.items() if k not in ("obs", "memories")}
+        out["obs"] = tree_map(lambda x: x[:, index], batch["obs"])
+        out["memories"] = [tree_map(lambda m: m[index], m) for m in batch["memories"]]
+        return out
+
+    def update(self, buffers: list[RolloutBuffer], bootstrap_values: list[Tensor]) -> dict:
+        """``epochs`` passes (1: the paper) over B rollouts (each (T, N_i)) with their bootstrap
+        values (N_i,), each pass ``num_minibatches`` gradient steps on disjoint random sets of
+        envs (whole rollouts, so V-trace still runs over all T steps), each step replaying its
+        minibatch with the current weights (V-trace corrects for the change since the behaviour
+        weights); returns the first step's metrics (0-d tensors) and keeps its per-token aux in
+        :attr:`distributions`."""
+        batch = self.concat(list(buffers))
+        bootstrap = torch.cat([v.reshape(-1).float() for v in bootstrap_values])
+        envs = bootstrap.numel()
+        if not 1 <= self.num_minibatches <= envs:
+            raise ValueError(
+                f"algo.num_minibatches={self.num_minibatches} must be in 1..{envs} "
+                f"(the envs of one learner batch)"
+            )
+        first = None
+        for _ in range(self.epochs):
+            if self.num_minibatches == 1:
+                parts = [(batch, bootstrap)]
+            else:
+                order = torch.randperm(envs, device=bootstrap.device)
+                parts = [
+                    (self.select_envs(batch, index), bootstrap[index])
+                    for index in order.tensor_split(self.num_minibatches)
+                ]
+            for part, part_bootstrap in parts:
+                with self.accel.step():
+                    loss_fn = self.accel.program(self.batch_loss)
+                    loss, metrics, aux = loss_fn(part, buffers[0].segment_length, part_bootstrap)
+                    metrics["grad_norm"] = self.step(loss)
+                if first is None:
+                    first, first_aux = metrics, aux
+        self.end_update()
+        self.distributions = {k: v.reshape(-1) for k, v in first_aux.items()}
+        out = {k: v.detach().float() for k, v in first.items()}
+        out["lr"] = torch.tensor(self.lr)
+        return out
