@@ -152,13 +152,33 @@ def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape(tmp_path, m
     torch.testing.assert_close(again(y), fn(y))
 
 
-def test_without_aotinductor_the_step_falls_back_to_torch_compile(monkeypatch):
-    """Before torch 2.6 (no AOTInductor packages) the same call runs under torch.compile."""
+def test_without_aotinductor_the_step_falls_back_to_torch_compile(monkeypatch, capsys):
+    """Before torch 2.6 (no AOTInductor packages) the same call runs under torch.compile,
+    said once on stderr."""
     monkeypatch.setattr(rltrans.accel.compile, "AOTI", False)
+    monkeypatch.setattr(rltrans.accel.compile, "_NOTICES", set())
     lin = nn.Linear(3, 2)
     fast = AheadOfTime(lambda x: lin(x).relu(), lin)
     x = torch.randn(4, 3)
     torch.testing.assert_close(fast(x), lin(x).relu())
+    y = torch.randn(5, 3)  # a second signature: no second notice
+    torch.testing.assert_close(fast(y), lin(y).relu())
+    assert capsys.readouterr().err.count("has no AOTInductor packages") == 1
+
+
+def test_a_failing_aotinductor_falls_back_with_a_notice(monkeypatch, capsys):
+    """Any failure of export or AOTInductor leaves a working torch.compile step and one line."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler here")
+
+    monkeypatch.setattr(torch.export, "export", broken)
+    lin = nn.Linear(3, 2)
+    fast = AheadOfTime(lambda x: lin(x).relu(), lin)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(fast(x), lin(x).relu())
+    err = capsys.readouterr().err
+    assert "AOTInductor failed (RuntimeError: no C++ compiler here)" in err
 
 
 def test_compiled_program_cache_keys_and_unreadable_files(tmp_path):

@@ -60,6 +60,9 @@ def compiled(fn: Callable, *, fullgraph: bool = False) -> Callable:
     return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=dict(OPTIONS))
 
 
+_NOTICES: set[str] = set()  # one-line notices already given in this process
+
+
 def _report(line: str) -> None:
     """A one-line notice on stderr."""
     print(line, file=sys.stderr, flush=True)
@@ -135,6 +138,10 @@ class AheadOfTime:
     def _compile(self, args: tuple, spec: Any, leaves: list[torch.Tensor]) -> Callable:
         """A runner ``(args, leaves) -> fn(*args)`` for this signature."""
         on_cpu = all(t.device.type == "cpu" for t in leaves)
+        if on_cpu and not AOTI and not _NOTICES:
+            _NOTICES.add("aoti")
+            _report(f"compile: torch {torch.__version__} has no AOTInductor packages (2.6+); "
+                    f"the acting step uses torch.compile")  # fmt: skip
         if on_cpu and AOTI:
             try:
                 return self._ahead_of_time(args, spec, leaves)
