@@ -79,7 +79,7 @@ def attend(
 
 
 def use_sdpa(q: Tensor, bias: Tensor | None, dropout: float) -> bool:
-    """Whether SDPA beats the reference math for this call (measured on CPU: benchmarks/attention.py).
+    """Whether SDPA beats the reference math for this call (CPU: benchmarks/attention.py).
 
     Not for a bias that needs a gradient (xl's relative term in training: SDPA's unfused
     fallback is slower than the math below), a single query (an acting step: one row of
