@@ -328,7 +328,8 @@ def write_report(out: Path, info: dict, records: list[dict], seconds: float) -> 
 
 class CudaSelection:
     """pytest plugin: keep the tests that need CUDA, i.e. whose function name says ``cuda``
-    or that carry a ``skipif`` naming CUDA (``tests/envs/test_torch_envs.py``'s marker)."""
+    or that carry a ``skipif`` naming CUDA (``tests/envs/test_torch_envs.py``'s marker). So a
+    test that runs only without CUDA names neither (``tests/test_gpu_check.py``)."""
 
     @staticmethod
     def needs_cuda(item) -> bool:

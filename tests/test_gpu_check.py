@@ -38,11 +38,13 @@ def module(monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "gpu_check", mod)  # dataclasses look their module up
     spec.loader.exec_module(mod)
-    return mod
+    yield mod
+    sys.modules.pop("runs", None)  # its helper module, imported from that folder
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
-def test_without_cuda_it_says_so_and_exits_0(tmp_path):
+# Named without "cuda" (as is its skip reason): gpu_check would select it as a CUDA test.
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_without_a_gpu_it_says_so_and_exits_0(tmp_path):
     done = gpu_check("--out", str(tmp_path / "report"))
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 1 and "needs CUDA" in done.stdout
@@ -71,7 +73,7 @@ def test_dry_run_lists_every_part_within_ten_minutes(module):
     assert gpu_check("--parts", "bogus").returncode == 2
 
 
-def test_cuda_selection_keeps_tests_named_or_marked_for_cuda(tmp_path):
+def test_gpu_test_selection_keeps_tests_named_or_marked_for_the_gpu(tmp_path):
     (tmp_path / "test_sample.py").write_text(
         textwrap.dedent("""
         import pytest

@@ -148,7 +148,7 @@ def test_next_values_from_matches_naive():
     T=st.integers(1, 12),
     N=st.integers(1, 4),
     gamma=st.floats(0.5, 1.0),
-    lam=st.floats(0.0, 1.0),
+    lam=st.floats(0.0, 1.0, allow_subnormal=False),  # torch 2.4 compiled kernels flush them
 )
 def test_gae_matches_naive_loop(seed, T, N, gamma, lam):
     b = make_batch(seed, T, N)
