@@ -19,7 +19,6 @@ knows nothing of how any of these is made fast. Only public PyTorch APIs are use
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +28,7 @@ from torch import nn
 from rltrans import distributed
 from rltrans.accel.acting import CompiledActing, compiled_acting
 from rltrans.accel.chunks import LossFn, Parts, part_count
-from rltrans.accel.compile import AheadOfTime, AutoCompile, compiled
+from rltrans.accel.compile import AheadOfTime, AutoCompile, _report, compiled
 from rltrans.accel.flat import FlatParameters, PerTensor, trainable
 from rltrans.accel.threads import AUTO, Plan, ThreadTuner, set_threads, tuned
 from rltrans.core.dropout import Dropout
@@ -39,11 +38,6 @@ __all__ = [
     "compile_choice", "compiled", "compiled_acting", "draws_random", "set_threads",
     "thread_tuners", "trainable",
 ]  # fmt: skip
-
-
-def _report(line: str) -> None:
-    """A line for the user on stderr (what an ``auto`` choice decided)."""
-    print(line, file=sys.stderr, flush=True)
 
 
 class Accel:

@@ -87,14 +87,18 @@ class LocalActor:
         reward_scaler: RewardScaler | None = None,
     ) -> None:
         self.agent, self.reward_scaler = agent, reward_scaler
-        self.policy: Any = agent  # what acts: the agent, or its compiled acting step
         self.loop = EpisodeLoop(envs, agent, seed=seed, device=device)
         self.policy_version = 0
 
     def use_policy(self, policy: Any) -> None:
         """Act through ``policy``: the agent itself or a wrapper of it with the same acting
         interface (e.g. ``rltrans.accel.CompiledActing``); the learner still replays the agent."""
-        self.policy = self.loop.policy = policy
+        self.loop.policy = policy
+
+    @property
+    def policy(self) -> Any:
+        """What acts: the agent, or its compiled acting step."""
+        return self.loop.policy
 
     def restart(self, seed: int) -> None:
         """Reset every env with ``seed`` and start fresh episodes and memory: what a resumed

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rltrans.accel import Accel, AutoCompile, ThreadTuner, compile_choice, thread_tuners
+from rltrans.accel import Accel, AutoCompile, compile_choice, thread_tuners
 from rltrans.logging import MetricLogger, ProgressBar
 
 
@@ -110,4 +110,4 @@ def logger_and_bar(
     return logger, bar
 
 
-__all__ = ["Choice", "ThreadTuner", "TrainerState", "Tuners", "logger_and_bar", "run_name", "speed"]
+__all__ = ["Choice", "TrainerState", "Tuners", "logger_and_bar", "run_name", "speed"]
