@@ -51,32 +51,6 @@ def make_env(
     return ENV_KINDS[kind](cfg, seed, device, training)
 
 
-# Code an env config may name without the user's say-so when it comes from a file (a
-# checkpoint): gymnasium's and rltrans's own modules, ale-py's registrations and minigrid's
-# (env=minigrid_memory names its ids and wrappers).
-TRUSTED_ROOTS = ("gymnasium", "ale_py", "minigrid", "rltrans")
-# Trusted modules' wrappers that write files or open windows.
-SIDE_EFFECT_WRAPPERS = ("RecordVideo", "HumanRendering")
-
-
-def _trusted(path: str) -> bool:
-    return any(path == root or path.startswith(root + ".") for root in TRUSTED_ROOTS)
-
-
-def untrusted_code(cfg: Mapping[str, Any]) -> list[str]:
-    """The code building an env config would import or call beyond gymnasium, ale-py and
-    rltrans (an ``env.id`` module prefix, ``env.wrappers`` paths), as ``key: path`` lines."""
-    found = []
-    env_id = str(cfg.get("id") or "")
-    if ":" in env_id and not _trusted(env_id.split(":", 1)[0]):
-        found.append(f"env.id: module {env_id.split(':', 1)[0]!r}")
-    for i, entry in enumerate(cfg.get("wrappers") or []):
-        path = str(entry.get("path", "")) if isinstance(entry, Mapping) else str(entry)
-        if not _trusted(path) or path.rsplit(".", 1)[-1] in SIDE_EFFECT_WRAPPERS:
-            found.append(f"env.wrappers[{i}].path: {path!r}")
-    return found
-
-
 def is_torch_env(envs: VectorEnv) -> bool:
     """True for torch-native envs (actions and observations stay tensors on the device)."""
     from rltrans.envs.torch_envs import TorchVectorEnv

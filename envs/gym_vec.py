@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import multiprocessing
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -180,6 +182,10 @@ class _EnvFactory:
     wrappers: tuple[tuple[Callable[..., gym.Env], dict[str, Any], str], ...] = field(default=())
 
     def __call__(self) -> gym.Env:
+        if multiprocessing.parent_process() is not None:
+            # An async worker: a terminal's Ctrl-C reaches the whole process group, and the
+            # trainer finishes its update and checkpoints before it closes the workers.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         # A spawned worker has a fresh registry: register the id again before making it.
         if self.module is not None:
             importlib.import_module(self.module)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -27,8 +28,9 @@ def _print_to_pipe(text: str) -> None:
 def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -> int:
     """Shared body of the command-line tools: ``--help``, ``--cfg``, config errors and the
     one-line JSON summary. ``run(cfg) -> summary`` gets a config that passed
-    :func:`rltrans.config.load_config`'s checks; exit code 2 for a user error, 1 when the
-    summary's status is not "finished", else 0."""
+    :func:`rltrans.config.load_config`'s checks; exit code 2 for a user error, 128 + the
+    signal's number (130 SIGINT, 143 SIGTERM) when the summary's status is "interrupted",
+    1 for any other status but "finished", else 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides = [a for a in argv if a not in ("--cfg", "--help", "-h")]
     try:
@@ -45,4 +47,7 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
         return 2
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line (rank 0's)
         print_summary(summary)
-    return 0 if summary.get("status", "finished") == "finished" else 1
+    status = summary.get("status", "finished")
+    if status == "interrupted":  # stopped by SIGINT/SIGTERM: 128 + its number, as a shell says
+        return 128 + signal.Signals[summary.get("signal", "SIGINT")].value
+    return 0 if status == "finished" else 1

@@ -118,7 +118,7 @@ def _checkpoint_policy(cfg: DictConfig, device: Any) -> tuple[Any, str, dict[str
 
     path = resolve_checkpoint(str(cfg.policy))
     payload = load_checkpoint(path, map_location=device)
-    agent, entry = agent_from_checkpoint(payload, device)
+    agent, entry = agent_from_checkpoint(payload, device, source=f"checkpoint {path}")
     config = payload["config"]
     if cfg.target_return is not None and not entry.return_conditioned:
         raise ConfigError(
@@ -132,6 +132,7 @@ def _checkpoint_policy(cfg: DictConfig, device: Any) -> tuple[Any, str, dict[str
         targets = payload.get("eval_targets") or [payload.get("dataset", {}).get("max_return")]
         info["target"] = max(targets) if cfg.target_return is None else cfg.target_return
         info["deterministic"] = bool(config.get("algo", {}).get("eval_deterministic", False))
+    info["source"] = f"the env config of checkpoint {path}"
     return agent, f"rltrans checkpoint {path}", info
 
 
@@ -156,7 +157,7 @@ def resolve_policy(cfg: DictConfig, device: Any) -> tuple[Any, EnvSpec, str, dic
     else:
         policy, name, info = _checkpoint_policy(cfg, device)
         if env_spec is None:  # the training env, when it is a registered Gymnasium env
-            check_env_code(info["env"], cfg.trust_env_code)
+            check_env_code(info["env"], cfg.trust_env_code, info["source"])
             with building("env"):
                 env_spec = _spec_from_env_config(info["env"])
         _check_spaces(info["spaces"], env_spec)

@@ -24,10 +24,12 @@ from rltrans.accel import thread_tuners
 from rltrans.checkpoint import load_checkpoint
 from rltrans.cli import run_cli
 from rltrans.config import ConfigError
+from rltrans.config.schema import MAX_ENVS
 from rltrans.envs import make_env
+from rltrans.logging import ProgressBar
 from rltrans.policy import agent_from_checkpoint, check_env_code, resolve_checkpoint
 from rltrans.run import building, payload_spaces, setup
-from rltrans.runtime.episodes import VideoRecorder
+from rltrans.runtime.episodes import MaxStepsError, VideoRecorder
 from rltrans.runtime.evaluation import evaluate_episodes, evaluate_targets
 from rltrans.spaces import check_same_spaces
 
@@ -53,8 +55,8 @@ def eval_env_config(cfg: DictConfig, payload: dict[str, Any], num_envs: int | No
     if num_envs:
         env_cfg.num_envs = num_envs
     if cfg.video:
-        if env_cfg.kind != "gym":
-            raise ConfigError("video=true needs a Gymnasium env (torch-native envs do not render)")
+        # Both env kinds take render_mode: Gymnasium ids through gymnasium.make, torch-native
+        # envs draw their frames with NumPy (rltrans.envs.torch_envs.base).
         env_cfg.kwargs = {**env_cfg.get("kwargs", {}), "render_mode": "rgb_array"}
     return env_cfg
 
@@ -102,7 +104,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     device = setup(cfg)
     path = resolve_checkpoint(cfg.checkpoint)
     payload = load_checkpoint(path, map_location=device)
-    agent, entry = agent_from_checkpoint(payload, device)
+    agent, entry = agent_from_checkpoint(payload, device, source=f"checkpoint {path}")
     conditioned = entry.return_conditioned
     if cfg.target_return is not None and not conditioned:
         raise ConfigError(
@@ -115,18 +117,32 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         algo = payload["config"].get("algo", {})
         deterministic = algo.get("eval_deterministic", False) if conditioned else True
     num_envs = len(targets) * cfg.episodes if conditioned else cfg.num_envs
+    if num_envs is not None and num_envs > MAX_ENVS:
+        raise ConfigError(
+            f"episodes={cfg.episodes} x {len(targets)} target returns = {num_envs} envs, more "
+            f"than {MAX_ENVS}; lower episodes (DT/BC play every episode in its own env)"
+        )
     env_cfg = eval_env_config(cfg, payload, num_envs)
-    check_env_code(env_cfg, cfg.trust_env_code)
+    check_env_code(env_cfg, cfg.trust_env_code, f"the env config of checkpoint {path}")
     with building("env"):
         envs = make_env(env_cfg, seed=cfg.seed, device=device, training=False)
     video = VideoRecorder(envs) if cfg.video else None
+    total = num_envs if conditioned else cfg.episodes
+    progress = cfg.get("progress", True)
+    bar = ProgressBar(total, "evaluate", "episode", quiet_if_quick=True) if progress else None
+    hooks = [hook for hook in (video, bar and (lambda _, done: bar.update(len(done)))) if hook]
+
+    def on_step(step: Any, done: list[Any]) -> None:
+        for hook in hooks:
+            hook(step, done)
+
     try:
         env_spaces = (envs.single_observation_space, envs.single_action_space)
         check_same_spaces(payload_spaces(payload), env_spaces)
         tuners = thread_tuners(cfg.get("torch_threads"), device, None, "acting step")
         common = dict(
             seed=cfg.seed, device=device, deterministic=bool(deterministic),
-            max_steps=cfg.max_steps, on_step=video,
+            max_steps=cfg.max_steps, on_step=on_step,
             threads=tuners.get("acting step"),
         )  # fmt: skip
         if conditioned:
@@ -137,7 +153,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             episodes = evaluate_episodes(agent, envs, cfg.episodes, **common)
             returns = np.array([ep.ret for ep in episodes])
             lengths = np.array([ep.length for ep in episodes])
+    except MaxStepsError as err:
+        raise ConfigError(f"{err}; raise max_steps or lower episodes") from None
     finally:
+        if bar is not None:
+            bar.close()
         envs.close()
     summary: dict[str, Any] = {"checkpoint": str(path), **_summary(returns, lengths)}
     summary["deterministic"] = bool(deterministic)

@@ -339,9 +339,12 @@ class ProgressBar:
         every_s: float | None = None,
         stream: TextIO | None = None,
         initial: int = 0,
+        quiet_if_quick: bool = False,
     ) -> None:
         """``initial``: units done before this process (a resumed run); they count towards
-        the position but not towards the rate or the ETA."""
+        the position but not towards the rate or the ETA. ``quiet_if_quick``: off a
+        terminal, no final line when the work ended before the first periodic one."""
+        self.quiet_if_quick, self._lines = quiet_if_quick, 0
         self.total, self.desc, self.unit = total, desc, unit
         self.n = self.initial = initial
         self._stream = stream if stream is not None else sys.stderr
@@ -402,6 +405,7 @@ class ProgressBar:
             parts.append(f"eta {_format_duration(max(eta, 0.0))}")
         parts.extend(f"{k}={v}" for k, v in self._postfix.items())
         print(" | ".join(parts), file=self._stream, flush=True)
+        self._lines += 1
 
     def close(self) -> None:
         """Finish the bar (or print a final progress line); safe to call twice."""
@@ -410,7 +414,7 @@ class ProgressBar:
         self._closed = True
         if self.interactive:
             self._bar.close()
-        else:
+        elif self._lines or not self.quiet_if_quick:
             self._print_line()
 
     def __enter__(self) -> ProgressBar:

@@ -30,7 +30,8 @@ import torch
 
 from rltrans.accel.threads import AUTO, ThreadTuner, tuned
 from rltrans.checkpoint import CheckpointError, load_checkpoint
-from rltrans.config import ConfigError
+from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
+from rltrans.config.schema import MAX_LENGTH
 from rltrans.registry import AgentEntry, RegistryError, agent_entry, build_agent
 from rltrans.run import payload_spaces, set_threads
 from rltrans.spaces import obs_to_tensor
@@ -49,10 +50,41 @@ def resolve_checkpoint(path: str | Path) -> Path:
     )
 
 
+def check_payload(payload: dict[str, Any], source: str = "checkpoint") -> None:
+    """The trust boundary for a loaded checkpoint: its config (and the env an offline run
+    resolved to) checked as a command line would be, with the defaults of keys an older
+    rltrans did not write, put back in place; the build arguments that are not config knobs
+    checked for type and size. Raises ConfigError or CheckpointError naming the key."""
+    if "_target_" in payload:
+        raise CheckpointError(f"{source}: _target_ at the top: a checkpoint may not name code")
+    if "config" not in payload:
+        raise CheckpointError(f"{source} lacks 'config'; it was not written by rltrans.train")
+    try:
+        config = to_container(checked_file_config(payload["config"], source))
+        if payload.get("eval_env") is not None:
+            both = checked_file_config({**config, "env": payload["eval_env"]}, f"{source} eval_env")
+            payload["eval_env"] = to_container(both.env)
+    except ConfigError as err:
+        raise CheckpointError(str(err)) from None
+    payload["config"] = config
+    extra = payload.get("agent_kwargs") or {}
+    stats = extra.get("stats") if isinstance(extra, dict) else None
+    if not isinstance(extra, dict) or set(extra) - {"stats"} or not isinstance(stats, dict | None):
+        raise CheckpointError(f"{source}: agent_kwargs must be {{stats: {{...}}}}, not {extra!r}")
+    longest = (stats or {}).get("max_timestep", 1)
+    if not isinstance(longest, int) or not 1 <= longest <= MAX_LENGTH:
+        raise CheckpointError(
+            f"{source}: agent_kwargs.stats.max_timestep={longest!r}: expected an integer in "
+            f"[1, {MAX_LENGTH}]"
+        )
+
+
 def agent_from_checkpoint(
-    payload: dict[str, Any], device: torch.device | str = "cpu"
+    payload: dict[str, Any], device: torch.device | str = "cpu", source: str = "checkpoint"
 ) -> tuple[torch.nn.Module, AgentEntry]:
-    """Rebuild the agent a loaded checkpoint describes (in eval mode), and its registry entry."""
+    """Rebuild the agent a loaded checkpoint describes (in eval mode), and its registry entry,
+    after :func:`check_payload` (nothing is allocated for a config that fails it)."""
+    check_payload(payload, source)
     try:
         agent_cfg = payload["config"]["agent"]
         state_dict = payload["model"]
@@ -63,26 +95,24 @@ def agent_from_checkpoint(
         agent = build_agent(agent_cfg, *payload_spaces(payload), **extra)
     except KeyError as err:
         raise CheckpointError(
-            f"checkpoint lacks {err}; it was not written by rltrans.train"
+            f"{source} lacks {err}; it was not written by rltrans.train"
         ) from None
     except RegistryError as err:
-        raise CheckpointError(f"checkpoint config: {err}") from None
-    agent.load_state_dict(state_dict)
+        raise CheckpointError(f"{source} config: {err}") from None
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{source}: its config builds no agent ({err})") from None
+    try:
+        agent.load_state_dict(state_dict)
+    except (RuntimeError, TypeError, AttributeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{source}: its weights do not fit its config ({first})") from None
     return agent.to(device).eval(), entry
 
 
-def check_env_code(env_cfg: Any, trust: bool) -> None:
-    """Refuse a checkpoint's env config that would import or call code outside gymnasium,
-    ale-py and rltrans (an ``env.id`` module prefix, wrapper paths) unless ``trust``."""
-    from rltrans.envs import untrusted_code
-
-    found = untrusted_code(env_cfg)
-    if found and not trust:
-        raise ConfigError(
-            f"the checkpoint's env config names code to import ({'; '.join(found)}); rltrans "
-            f"runs no code named by a file. If you trust this checkpoint, pass "
-            f"trust_env_code=true, or choose the env yourself with env_id=<Gymnasium id>"
-        )
+def check_env_code(env_cfg: Any, trust: bool, source: str = "the checkpoint's env config") -> None:
+    """Refuse an env config read from a file that would import or call code outside
+    gymnasium, ale-py, minigrid and rltrans unless ``trust`` (:func:`refuse_env_code`)."""
+    refuse_env_code(env_cfg, source, trust)
 
 
 def _as_batch(obs: Any, space: gym.Space) -> tuple[Any, bool]:
@@ -199,8 +229,9 @@ def load_policy(
     """
     if torch_threads is not None:
         set_threads(torch_threads)
-    payload = load_checkpoint(resolve_checkpoint(path), map_location=device)
-    agent, entry = agent_from_checkpoint(payload, device)
+    file = resolve_checkpoint(path)
+    payload = load_checkpoint(file, map_location=device)
+    agent, entry = agent_from_checkpoint(payload, device, source=f"checkpoint {file}")
     targets = payload.get("eval_targets") or []
     best = payload.get("dataset", {}).get("max_return")
     policy = Policy(

@@ -98,6 +98,11 @@ def agent_entry(agent_cfg: Mapping[str, Any]) -> AgentEntry:
     return _AGENTS[name]
 
 
+def legacy_agent_name(target: Any) -> str | None:
+    """The registered name of an agent import path rltrans itself once wrote, else None."""
+    return _LEGACY_TARGETS.get(str(target))
+
+
 def _refuse_targets(value: Any, path: str) -> None:
     """Raise on any ``_target_`` key below ``path`` (a config must hold plain values only)."""
     if isinstance(value, Mapping):

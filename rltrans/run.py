@@ -24,7 +24,9 @@ import os
 import random
 import secrets
 import shutil
+import stat
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -44,7 +46,13 @@ from rltrans.checkpoint import (
     restore_rng_state,
     rng_state,
 )
-from rltrans.config import ConfigError, to_container
+from rltrans.config import (
+    ConfigError,
+    checked_file_config,
+    read_run_config,
+    refuse_env_code,
+    to_container,
+)
 from rltrans.distributed import World
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
 
@@ -58,12 +66,16 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "progress",
     "device",
     "torch_threads",
+    "trust_env_code",
     "resume",
     "run_dir",
     "overwrite",
 )
 CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"
+MAX_SPACE_SIZE = 2**26  # flattened dimensions of a checkpoint's space (an 8K RGB frame: 2^25)
+# What a run writes in its folder: none of them may be a link (a write would leave the folder).
+RUN_ENTRIES = (LOCK_FILE, CONFIG_FILE, "checkpoints", "tb", "videos")
 
 
 def select_device(name: str) -> torch.device:
@@ -127,8 +139,24 @@ class RunFolderLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock or raise ConfigError naming the process that holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Take the lock or raise ConfigError naming the process that holds it. The lock file
+        is opened without following links and must be a plain file of this folder alone (a
+        link to a file elsewhere would be truncated)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as err:
+            raise ConfigError(
+                f"run folder {self.path.parent}: cannot open {self.path} "
+                f"({err.strerror}); it must be a plain file, not a link"
+            ) from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(fd)
+            raise ConfigError(
+                f"run folder {self.path.parent}: {self.path} is not a plain file of its own "
+                f"(a link or a special file); remove it or choose another run_dir"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -206,14 +234,97 @@ def settled_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     if cfg.run_dir is None:
         raise ConfigError("resume=true needs run_dir=<the run to continue>")
     run_dir = Path(cfg.run_dir)
-    if CheckpointManager(run_dir / "checkpoints").latest() is None:
+    refuse_links(run_dir)
+    latest = CheckpointManager(run_dir / "checkpoints").latest()
+    if latest is None:
         raise ConfigError(f"resume=true but {run_dir} holds no checkpoint to resume from")
     saved_file = run_dir / CONFIG_FILE
     if not saved_file.is_file():
         raise ConfigError(f"resume=true but {saved_file} (the run's config) is missing")
-    saved = OmegaConf.load(saved_file)
-    assert isinstance(saved, DictConfig)
+    saved = read_run_config(saved_file)  # checked like a command line: a file is no authority
+    _same_as_checkpoint(saved, latest)
+    source = f"the run's config {saved_file}"
+    typed = to_container(cfg.env)  # the command line's env: trusted as typed
+    refuse_env_code(to_container(saved.env), source, cfg.trust_env_code, typed=typed)
     return resume_config(saved, cfg, overrides)
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> leaf value of a plain config."""
+    if not isinstance(data, dict) or not data:
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        out.update(_flat(value, f"{prefix}{name}."))
+    return {k.rstrip("."): v for k, v in out.items()}
+
+
+def _same_as_checkpoint(saved: DictConfig, checkpoint: Path) -> None:
+    """Refuse a run folder whose config.yaml differs from its checkpoint's own config outside
+    the resumable keys (a hand edit would otherwise continue under other settings)."""
+    payload = load_checkpoint(checkpoint)
+    own = to_container(checked_file_config(payload.get("config"), f"checkpoint {checkpoint}"))
+    mine = _flat(to_container(saved))
+    theirs = _flat(own)
+    differ = [
+        f"{key}: config.yaml {mine.get(key)!r}, checkpoint {theirs.get(key)!r}"
+        for key in sorted(set(mine) | set(theirs))
+        if key.split(".")[0] not in RESUMABLE_KEYS and mine.get(key) != theirs.get(key)
+    ]
+    if differ:
+        raise ConfigError(
+            f"resume=true: {checkpoint.parent.parent / CONFIG_FILE} differs from the config of "
+            f"{checkpoint} (was it edited?):\n  "
+            + "\n  ".join(differ)
+            + "\nRestore the file, or start a new run with the settings you want"
+        )
+
+
+def refuse_links(run_dir: Path) -> None:
+    """Raise ConfigError when an entry a run writes in its folder is a symbolic link."""
+    for name in RUN_ENTRIES:
+        if (run_dir / name).is_symlink():
+            raise ConfigError(
+                f"run folder {run_dir}: {name} is a symbolic link; rltrans writes only inside "
+                f"its run folder and never through links: remove it or choose another run_dir"
+            )
+
+
+def _make_run_dir(run_dir: Path) -> bool:
+    """Create the run folder (and its parents); True when this call created the folder
+    itself, so that only then is it ever removed again."""
+    try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"run_dir={run_dir}: cannot create it ({err.strerror})") from None
+    try:
+        os.mkdir(run_dir)
+        return True
+    except FileExistsError:
+        if not run_dir.is_dir():
+            raise ConfigError(f"run_dir={run_dir} is a file, not a folder") from None
+        return False
+    except OSError as err:
+        raise ConfigError(f"run_dir={run_dir}: cannot create it ({err.strerror})") from None
+
+
+def _remove_created(run_dir: Path, lock: RunFolderLock) -> None:
+    """Delete a folder this process created, while still holding its lock (so no other run
+    can have started in it), then release the lock and remove the folder itself."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(run_dir):
+            if entry.name == LOCK_FILE:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(run_dir / LOCK_FILE)
+    lock.release()
+    with contextlib.suppress(OSError):  # not empty: another process wrote there meanwhile
+        os.rmdir(run_dir)
 
 
 class Run:
@@ -266,11 +377,17 @@ class Run:
         if not world.is_main:
             return cls._join(cfg, world, overrides)
         run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(name, cfg.seed)
-        created = not run_dir.exists()
-        lock = RunFolderLock(run_dir)
+        lock, created = RunFolderLock(run_dir), False
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
+            # The lock comes first: a process that fails to take it removes nothing.
+            created = _make_run_dir(run_dir)
             lock.acquire()
+        except BaseException as err:
+            distributed.broadcast_object(("error", str(err) or type(err).__name__))
+            distributed.shutdown()
+            raise
+        try:
+            refuse_links(run_dir)
             cfg = cls._settle_config(cfg, run_dir, overrides)
             cfg.run_dir = str(run_dir)
             run = cls(cfg, run_dir, lock, created, world)
@@ -278,9 +395,9 @@ class Run:
             setup(cfg)
             _save_config(cfg, run_dir / CONFIG_FILE)
         except BaseException as err:
-            lock.release()
             if created:
-                shutil.rmtree(run_dir, ignore_errors=True)
+                _remove_created(run_dir, lock)
+            lock.release()
             distributed.broadcast_object(("error", str(err) or type(err).__name__))
             distributed.shutdown()
             raise
@@ -340,10 +457,11 @@ class Run:
             raise
 
     def abandon(self) -> None:
-        """Release the lock and delete the folder if this run created it (nothing to keep)."""
+        """Delete the folder if this run created it and saved nothing in it, then release it."""
+        lock = self._lock if self.world.is_main and self._created else None
+        if lock is not None and self.checkpoints.latest() is None:
+            _remove_created(self.dir, lock)
         self.close()
-        if self.world.is_main and self._created and self.checkpoints.latest() is None:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     # ------------------------------------------------------------------------- checkpoints
 
@@ -400,7 +518,8 @@ class Run:
         """Updates needed for ``total_steps`` env steps, rounded up to whole updates of
         ``steps_per_update`` (``made_of`` names its factors); the rounding is said on stderr."""
         total = max(1, -(-self.cfg.total_steps // steps_per_update))  # ceil
-        if total * steps_per_update != self.cfg.total_steps and not self.cfg.resume:
+        rounded = total * steps_per_update != self.cfg.total_steps
+        if rounded and not self.cfg.resume and self.world.is_main:
             print(
                 f"total_steps={self.cfg.total_steps} rounded up to {total * steps_per_update}: "
                 f"whole updates of {made_of} = {steps_per_update} steps",
@@ -423,10 +542,17 @@ class Run:
 
 
 def _save_config(cfg: DictConfig, path: Path) -> None:
-    """Write the run's config atomically (a reader never sees half a file)."""
-    tmp = path.with_name(path.name + ".tmp")
-    OmegaConf.save(cfg, tmp, resolve=True)
-    os.replace(tmp, path)
+    """Write the run's config atomically (a reader never sees half a file) through a temp file
+    of a unique name created anew (never an existing file or link)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(OmegaConf.to_yaml(cfg, resolve=True))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
@@ -434,15 +560,26 @@ def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
     stored a description dict under the plain keys and the exact JSON under ``*_json``."""
     try:
         if "observation_space_json" in payload:  # format 1
-            return (
+            found = (
                 deserialize_space(payload["observation_space_json"]),
                 deserialize_space(payload["action_space_json"]),
             )
-        return deserialize_space(payload["observation_space"]), deserialize_space(
-            payload["action_space"]
-        )
+        else:
+            found = (
+                deserialize_space(payload["observation_space"]),
+                deserialize_space(payload["action_space"]),
+            )
+        for name, space in zip(("observation_space", "action_space"), found, strict=True):
+            if not isinstance(space, gym.Space):
+                raise TypeError(f"{name} is a {type(space).__name__}")
+            size = gym.spaces.flatdim(space)
+            if size > MAX_SPACE_SIZE:
+                raise ValueError(f"{name} has {size} dimensions, more than {MAX_SPACE_SIZE}")
+        return found
     except KeyError as err:
         raise CheckpointError(f"checkpoint lacks {err}; it was not written by rltrans") from None
+    except Exception as err:  # minari's reader raises many types for a malformed description
+        raise CheckpointError(f"checkpoint spaces: not a valid space description ({err})") from None
 
 
 __all__ = [

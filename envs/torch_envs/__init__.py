@@ -15,13 +15,21 @@ from typing import Any
 
 import torch
 
+from rltrans.envs.torch_envs.autoencode import Autoencode
 from rltrans.envs.torch_envs.base import TorchVectorEnv
+from rltrans.envs.torch_envs.count_recall import CountRecall
+from rltrans.envs.torch_envs.passive_tmaze import PassiveTMaze
+from rltrans.envs.torch_envs.repeat_first import RepeatFirst
 from rltrans.envs.torch_envs.repeat_previous import RepeatPrevious
 from rltrans.envs.torch_envs.stateless_cartpole import StatelessCartPole
 from rltrans.envs.torch_envs.tmaze import TMaze
 
 __all__ = [
     "TORCH_ENVS",
+    "Autoencode",
+    "CountRecall",
+    "PassiveTMaze",
+    "RepeatFirst",
     "RepeatPrevious",
     "StatelessCartPole",
     "TMaze",
@@ -34,6 +42,12 @@ TORCH_ENVS: dict[str, type[TorchVectorEnv]] = {
     "tmaze": TMaze,
     "repeat_previous": RepeatPrevious,
     "stateless_cartpole": StatelessCartPole,
+    # Memory tasks, one kind of memory each, with a length knob (`length`; `k` for
+    # repeat_previous) and, where POPGym has the task, its presets (`popgym_presets`).
+    "repeat_first": RepeatFirst,  # latch: hold the first symbol
+    "count_recall": CountRecall,  # aggregate: counts over the episode
+    "autoencode": Autoencode,  # sequence: play a sequence back reversed
+    "passive_tmaze": PassiveTMaze,  # one cue over a corridor walked for the agent
 }
 
 

@@ -14,17 +14,25 @@ the env is CartPole-v1 itself, batched.
 
 The state is float32 on the device (Gymnasium integrates in float64 and casts the
 observation to float32), so trajectories agree with Gymnasium's to float32 rounding.
+
+Frames (`render_mode="rgb_array"`) are drawn after Gymnasium's CartPole at a quarter of
+its 600 x 400 size, rasterised with NumPy: the track spans x in [-2.4, 2.4] over the frame's
+width, the cart is a black box on it and the pole a line of its full length (1 m) from
+the cart's top, leaning right for theta > 0. Velocities show only as motion between
+frames.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrans.envs.torch_envs.base import TorchVectorEnv
+from rltrans.envs.torch_envs.base import RenderMode, TorchVectorEnv
+from rltrans.envs.torch_envs.draw import BACKGROUND, fill_box
 
 __all__ = ["StatelessCartPole"]
 
@@ -41,6 +49,15 @@ THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
 INIT_HIGH = 0.05
 
+# Frames: Gymnasium's 600 x 400 CartPole picture at a quarter of the size (the cart sits
+# on the track here rather than centred on it).
+WIDTH, HEIGHT = 150, 100
+PIXELS_PER_METRE = WIDTH / (2 * X_THRESHOLD)
+CART_HALF_WIDTH, CART_TOP, CART_BOTTOM = 6, 67, 75  # pixels
+POLE_PIXELS = 2 * HALF_POLE_LENGTH * PIXELS_PER_METRE
+TRACK_Y = 75
+CART, POLE, TRACK = (0, 0, 0), (202, 152, 101), (0, 0, 0)
+
 
 class StatelessCartPole(TorchVectorEnv):
     """N CartPole-v1 systems stepped together, observing [x, theta] (or all four).
@@ -56,10 +73,14 @@ class StatelessCartPole(TorchVectorEnv):
         max_episode_steps: truncation limit, 500 as in CartPole-v1.
         device: where all state and returned tensors live.
         validate_actions: check action values each step (a host sync for GPU-tensor actions).
+        render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
 
     Attributes:
         state: (N, 4) float32 [x, x_dot, theta, theta_dot], as `CartPoleEnv.state`.
     """
+
+    # Real time, as Gymnasium's CartPole: one step is tau = 0.02 s.
+    metadata: ClassVar[dict[str, Any]] = {**TorchVectorEnv.metadata, "render_fps": 50}
 
     def __init__(
         self,
@@ -68,6 +89,7 @@ class StatelessCartPole(TorchVectorEnv):
         max_episode_steps: int | None = 500,
         device: str | torch.device = "cpu",
         validate_actions: bool = True,
+        render_mode: RenderMode | None = None,
     ) -> None:
         """Build N carts; see the class docstring for the arguments."""
         if not isinstance(hide_velocity, bool):
@@ -83,6 +105,7 @@ class StatelessCartPole(TorchVectorEnv):
             max_episode_steps=max_episode_steps,
             device=device,
             validate_actions=validate_actions,
+            render_mode=render_mode,
         )
         self.hide_velocity = hide_velocity
         self.state = torch.zeros(num_envs, 4, dtype=torch.float32, device=self.device)
@@ -124,3 +147,28 @@ class StatelessCartPole(TorchVectorEnv):
     def _observe(self) -> torch.Tensor:
         """(N, 2) [x, theta] or (N, 4) full state, float32, a copy of the state."""
         return self.state[:, self._observed]  # advanced indexing copies
+
+    def _render_state(self) -> dict[str, torch.Tensor]:
+        """The full state (N, 4): the frame shows position and angle."""
+        return {"state": self.state}
+
+    def _draw_frames(self, state: dict[str, np.ndarray]) -> np.ndarray:
+        """(N, HEIGHT, WIDTH, 3) uint8 frames: track, cart and pole."""
+        x, theta = state["state"][:, 0], state["state"][:, 2]  # (N,) each
+        image = np.empty((self.num_envs, HEIGHT, WIDTH, 3), dtype=np.uint8)
+        image[:] = BACKGROUND
+        image[:, TRACK_Y] = TRACK
+        centre = np.round(x * PIXELS_PER_METRE + WIDTH / 2).astype(np.int64)  # (N,) pixels
+        left, right = centre - CART_HALF_WIDTH, centre + CART_HALF_WIDTH + 1
+        fill_box(image, left, right, CART_TOP, CART_BOTTOM, CART)
+        # The pole: points every half pixel from the cart's top along the angle, 3 pixels wide.
+        along = np.linspace(0.0, POLE_PIXELS, int(2 * POLE_PIXELS) + 1)  # (P,)
+        px = centre[:, None] + np.sin(theta)[:, None] * along  # (N, P)
+        py = CART_TOP - np.cos(theta)[:, None] * along  # (N, P), image rows grow downward
+        rows = np.round(py).astype(np.int64)
+        for dx in (-1, 0, 1):
+            cols = np.round(px).astype(np.int64) + dx
+            inside = (rows >= 0) & (rows < HEIGHT) & (cols >= 0) & (cols < WIDTH)
+            env = np.broadcast_to(np.arange(self.num_envs)[:, None], rows.shape)
+            image[env[inside], rows[inside], cols[inside]] = POLE
+        return image

@@ -35,6 +35,12 @@ Differences from Bakker: reward +1/-1 instead of +4/-0.1, and the cue is shown a
 t=0 only, not whenever the agent stands on the start cell, so going back does not
 recover it. This is the "passive T-maze" of Ni et al. 2023 ("When Do Transformers
 Shine in RL?"), whose optional per-step penalty is `step_penalty` here.
+
+Frames (`render_mode="rgb_array"`): three rows of `length + 1` cells. The middle row is
+the corridor with the junction at its right end; the up arm (blue) sits above the
+junction, the down arm (orange) below it. The start cell carries the cue's colour,
+bright while the agent sees it (the first observation), pale after. The agent is a black
+square; on the step that ends an episode it stands in the arm it turned into.
 """
 
 from __future__ import annotations
@@ -43,11 +49,17 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrans.envs.torch_envs.base import TorchVectorEnv
+from rltrans.envs.torch_envs.base import RenderMode, TorchVectorEnv
+from rltrans.envs.torch_envs.draw import cells_to_pixels, mark_cells
 
 __all__ = ["TMaze"]
 
 UP, DOWN, LEFT, RIGHT = 0, 1, 2, 3
+
+# Frame colours (RGB); the cue's colour is its arm's: UP_COLOUR means "take the up arm".
+SCALE = 12  # pixels per cell
+WALL, FLOOR, AGENT = (40, 40, 40), (225, 225, 225), (0, 0, 0)
+UP_COLOUR, DOWN_COLOUR = (66, 133, 244), (244, 160, 0)
 
 
 class TMaze(TorchVectorEnv):
@@ -69,6 +81,7 @@ class TMaze(TorchVectorEnv):
             toward the junction or, at the junction, does not turn (>= 0).
         device: where all state and returned tensors live.
         validate_actions: check action values each step (a host sync for GPU-tensor actions).
+        render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
     """
 
     def __init__(
@@ -80,6 +93,7 @@ class TMaze(TorchVectorEnv):
         idle_penalty: float = 0.0,
         device: str | torch.device = "cpu",
         validate_actions: bool = True,
+        render_mode: RenderMode | None = None,
     ) -> None:
         """Build N mazes of corridor `length`; see the class docstring for the arguments."""
         if not isinstance(length, int) or isinstance(length, bool) or length < 1:
@@ -97,6 +111,7 @@ class TMaze(TorchVectorEnv):
             max_episode_steps=max_episode_steps,
             device=device,
             validate_actions=validate_actions,
+            render_mode=render_mode,
         )
         self.length = length
         self.step_penalty = float(step_penalty)
@@ -139,3 +154,29 @@ class TMaze(TorchVectorEnv):
             ~in_corridor,
         )
         return torch.stack(features, dim=1).to(torch.float32)  # (N, 4)
+
+    def _render_state(self) -> dict[str, torch.Tensor]:
+        """Cue, position and whether the cue is on show, (N,) each."""
+        return {"cue": self.cue, "position": self.position, "show_cue": self.show_cue}
+
+    def _draw_frames(self, state: dict[str, np.ndarray]) -> np.ndarray:
+        """(N, 3 * SCALE, (length + 1) * SCALE, 3) uint8 frames of the mazes."""
+        n, end = self.num_envs, self.length
+        rows = np.arange(n)
+        cells = np.empty((n, 3, end + 1, 3), dtype=np.uint8)  # (N, R, C, 3)
+        cells[:] = WALL
+        cells[:, 1] = FLOOR  # corridor 0..length-1 and the junction at column `length`
+        cells[:, 0, end], cells[:, 2, end] = UP_COLOUR, DOWN_COLOUR
+        cue = np.where(state["cue"][:, None] == UP, UP_COLOUR, DOWN_COLOUR)  # (N, 3)
+        # Pale (half-way to the floor) once the agent no longer sees the cue.
+        pale = (cue + np.asarray(FLOOR)) // 2
+        cells[:, 1, 0] = np.where(state["show_cue"][:, None], cue, pale)
+        # The agent's cell: its corridor cell, or the arm it turned into on this step.
+        action, position = state["action"], state["position"]
+        turned = (position == end) & ((action == UP) | (action == DOWN))
+        agent_row = np.where(turned, np.where(action == UP, 0, 2), 1)
+        marked = np.zeros((n, 3, end + 1), dtype=bool)
+        marked[rows, agent_row, position] = True
+        image = cells_to_pixels(cells, SCALE)
+        mark_cells(image, marked, AGENT, SCALE, inset=3)
+        return image

@@ -64,8 +64,9 @@ _NOTICES: set[str] = set()  # one-line notices already given in this process
 
 
 def _report(line: str) -> None:
-    """A one-line notice on stderr."""
-    print(line, file=sys.stderr, flush=True)
+    """A one-line notice on stderr, once per job (under torchrun, learner process 0's)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(line, file=sys.stderr, flush=True)
 
 
 class _Flat(nn.Module):

@@ -95,8 +95,11 @@ class ThreadTuner:
     time; the first ``warmup`` calls of each candidate are not counted (compilation,
     allocator warm-up). After ``trials`` counted calls per candidate it keeps the plan on the
     fewest cores whose median time is within ``min_gain`` of the fastest median (the faster
-    of two such plans on as many cores), reports it once through ``report`` and sets it on
-    every later entry. ``counts`` are the thread counts tried; ``streams`` adds, for each
+    of two such plans on as many cores), reports it once through ``report`` (each plan's
+    speed and median ms per call) and sets it on every later entry. Where a plan's median
+    differs from the fewest-core plan's by more than ``min_gain`` but by less than the
+    spread of either's calls (a busy machine), the timings cannot decide: it keeps the
+    fewest cores and says so. ``counts`` are the thread counts tried; ``streams`` adds, for each
     count n > 1, n one-thread streams (only for callers that read :attr:`plan`). With one
     candidate (one core, or a fixed count) it never times anything.
     """
@@ -163,14 +166,47 @@ class ThreadTuner:
         medians = {p: statistics.median(t) for p, t in self.times.items()}
         fastest = min(medians.values())
         good = [p for p, m in medians.items() if m <= fastest * self.min_gain]
-        self.chosen_plan = min(good, key=lambda p: (p.cores, medians[p]))
-        if self.report is not None:
-            one = medians[self.plans[0]]
-            speeds = ", ".join(f"{p}: {one / m:.2f}x" for p, m in medians.items())
+        noisy = self._noisy(medians)
+        # Timings that cannot tell the plans apart keep the fewest cores (the safe default).
+        self.chosen_plan = (
+            self.plans[0] if noisy else min(good, key=lambda p: (p.cores, medians[p]))
+        )
+        if self.report is None:
+            return
+        one = medians[self.plans[0]]
+        speeds = ", ".join(f"{p}: {one / m:.2f}x ({_ms(m)} ms)" for p, m in medians.items())
+        timings = f"median of {self.trials} calls each: {speeds}"
+        if noisy:
+            spread = ", ".join(
+                f"{p} {_ms(min(self.times[p]))}-{_ms(max(self.times[p]))} ms" for p in noisy
+            )
+            self.report(
+                f"torch_threads=auto: {self.name} uses {self.chosen_plan}: the machine was busy, "
+                f"the times spread more than they differ ({spread}), so the fewest threads were "
+                f"kept ({timings})"
+            )
+        else:
             self.report(
                 f"torch_threads=auto: {self.name} uses {self.chosen_plan} (speed vs "
-                f"{self.plans[0]}, median of {self.trials} calls each: {speeds})"
+                f"{self.plans[0]}, {timings})"
             )
+
+    def _noisy(self, medians: dict[Plan, float]) -> list[Plan]:
+        """The plans (the fewest-core plan first) whose median differs from the fewest-core
+        plan's by more than ``min_gain`` but by less than the spread (slowest - fastest call)
+        of either: a difference that would matter and that the timings cannot resolve."""
+        base = self.plans[0]
+
+        def spread(plan: Plan) -> float:
+            return max(self.times[plan]) - min(self.times[plan])
+
+        unresolved = []
+        for plan in self.plans[1:]:
+            slow, fast = sorted((medians[plan], medians[base]), reverse=True)
+            matters = slow > fast * self.min_gain
+            if matters and slow - fast <= max(spread(plan), spread(base)):
+                unresolved.append(plan)
+        return [base, *unresolved] if unresolved else []
 
     def state_dict(self) -> dict[str, Any]:
         """The choice, for checkpoints (a resumed run keeps it instead of measuring again)."""
@@ -183,6 +219,12 @@ class ThreadTuner:
         if state.get("chosen") is not None:
             plan = Plan(int(state["chosen"]), int(state.get("streams") or 1))
             self.chosen_plan = plan if plan in self.plans else Plan(plan.threads)
+
+
+def _ms(seconds: float) -> str:
+    """A call's time in milliseconds: three significant digits, whole ms from 100 ms up."""
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def tuned(tuner: ThreadTuner | None) -> contextlib.AbstractContextManager:

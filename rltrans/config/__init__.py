@@ -12,6 +12,7 @@ Modules, each importing only those listed before it:
 - :mod:`~rltrans.config.spec`: what one key accepts and the one-line reports of a bad one
 - :mod:`~rltrans.config.schema`: the specs of every key and :func:`check_config`
 - :mod:`~rltrans.config.compose`: Hydra composition, override checks, defaults, --help
+- :mod:`~rltrans.config.trust`: the trust boundary every config read from a file passes
 
 >>> cfg = load_config(["agent.dim=32"])
 >>> cfg.agent.dim
@@ -23,21 +24,33 @@ from rltrans.config.errors import ConfigError, format_problems
 from rltrans.config.files import config_groups, config_root, group_kinds, group_options
 from rltrans.config.schema import agent_knob_names, check_config, config_specs, keyword_mappings
 from rltrans.config.spec import Spec
+from rltrans.config.trust import (
+    checked_file_config,
+    env_code,
+    read_run_config,
+    read_yaml,
+    refuse_env_code,
+)
 
 __all__ = [
     "ConfigError",
     "Spec",
     "agent_knob_names",
     "check_config",
+    "checked_file_config",
     "config_groups",
     "config_help",
     "config_root",
     "config_specs",
     "default_config",
+    "env_code",
     "format_problems",
     "group_kinds",
     "group_options",
     "keyword_mappings",
     "load_config",
+    "read_run_config",
+    "read_yaml",
+    "refuse_env_code",
     "to_container",
 ]

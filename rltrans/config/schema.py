@@ -17,6 +17,7 @@ raises them as one ConfigError.
 from __future__ import annotations
 
 import inspect
+import os
 import typing
 from collections.abc import Callable
 from dataclasses import replace
@@ -43,6 +44,14 @@ from rltrans.config.spec import (
 )
 
 _MISSING = object()
+# Size limits, far above any real run and far below what would exhaust memory before the
+# memory estimate (:func:`_memory_problems`) runs: a file's agent.dim: 1e8 stops here.
+MAX_WIDTH = 2**16  # model widths, heads
+MAX_LAYERS = 1024  # stacked or looped blocks
+MAX_LENGTH = 2**20  # windows, memories, contexts, rollout lengths, episode lengths
+MAX_ENVS = 2**20  # parallel envs, batch sizes
+MAX_STEPS = 10**15  # budgets in env or gradient steps (int64 step counters and logs)
+MAX_EPISODES = 10**7  # evaluation episodes
 
 
 def specs(config_name: str) -> dict[str, Spec]:
@@ -75,11 +84,11 @@ def _train_specs() -> dict[str, Spec]:
     return {
         "seed": SEED,
         "device": DEVICE,
-        "total_steps": POSITIVE,
-        "train_steps": POSITIVE,
+        "total_steps": integer(1, MAX_STEPS),
+        "train_steps": integer(1, MAX_STEPS),
         "dataset": string(null=True),
         "dataset_kind": choice(DATASET_KINDS),
-        "run_dir": string(null=True),
+        "run_dir": replace(string(null=True), nonempty=True),
         "checkpoint_every": POSITIVE,
         "keep_checkpoints": POSITIVE,  # CheckpointManager needs keep_last >= 1
         "torch_threads": replace(integer(0), default_words=("auto",)),
@@ -89,14 +98,15 @@ def _train_specs() -> dict[str, Spec]:
         "agent.backbone@memory": choice(BACKBONES),
         "agent.backbone@dt": choice(get_args(DTBackbone)),
         "agent.backbone": choice(dict.fromkeys((*BACKBONES, *get_args(DTBackbone)))),
-        "agent.dim": POSITIVE,
-        "agent.layers": POSITIVE,
-        "agent.layers@memory": integer(1, null=True),  # null = the backbone's default depth
-        "agent.heads": POSITIVE,
-        "agent.memory": integer(0),
-        "agent.context": POSITIVE,
-        "agent.history": POSITIVE,
-        "agent.max_timestep": integer(1, null=True),
+        "agent.dim": integer(1, MAX_WIDTH),
+        "agent.layers": integer(1, MAX_LAYERS),
+        # null = the backbone's default depth
+        "agent.layers@memory": integer(1, MAX_LAYERS, null=True),
+        "agent.heads": integer(1, MAX_WIDTH),
+        "agent.memory": integer(0, MAX_LENGTH),
+        "agent.context": integer(1, MAX_LENGTH),
+        "agent.history": integer(1, MAX_LENGTH),
+        "agent.max_timestep": integer(1, MAX_LENGTH, null=True),
         "agent.position": choice(POSITIONS),
         "agent.gate": choice(GATES),
         "agent.gate_bias": number(),
@@ -104,27 +114,28 @@ def _train_specs() -> dict[str, Spec]:
         "agent.sublayer_activation": choice(ACTIVATIONS),
         "agent.ff_activation": choice(FF_ACTIVATIONS),
         "agent.activation": choice(FF_ACTIVATIONS),
-        "agent.ff_mult": POSITIVE,
-        "agent.attn_dropout": number(0.0, 1.0, open_high=True),  # BlockConfig options the
-        "agent.shaw_max_distance": POSITIVE,  # YAML files leave at their defaults (+agent.x=)
-        "agent.max_len": POSITIVE,
+        "agent.ff_mult": integer(1, 64),
+        # BlockConfig options the YAML files leave at their defaults (+agent.x=)
+        "agent.attn_dropout": number(0.0, 1.0, open_high=True),
+        "agent.shaw_max_distance": integer(1, MAX_LENGTH),
+        "agent.max_len": integer(1, MAX_LENGTH),
         "agent.dropout": number(0.0, 1.0, open_high=True),
         "agent.kernel": choice(KERNELS),
         "agent.init": choice(INITS),
         "agent.halting": choice(HALTINGS),
-        "agent.max_steps": POSITIVE,
+        "agent.max_steps": integer(1, MAX_LAYERS),
         "agent.act_epsilon": number(**unit, open_low=True, open_high=True),
         "agent.halting_bias": number(),
         "agent.tau": number(0.0),
         "agent.coordinate_scale": number(0.0),
-        "agent.encoder.hidden_dim": POSITIVE,
+        "agent.encoder.hidden_dim": integer(1, MAX_WIDTH),
         "agent.encoder.dict_mode": choice(get_args(DictMode)),
         # algo
         "algo.kind": choice(group_kinds("algo")),
-        "algo.num_steps": POSITIVE,
-        "algo.segment_length": POSITIVE,
-        "algo.epochs": POSITIVE,
-        "algo.num_minibatches": POSITIVE,
+        "algo.num_steps": integer(1, MAX_LENGTH),
+        "algo.segment_length": integer(1, MAX_LENGTH),
+        "algo.epochs": integer(1, 10_000),
+        "algo.num_minibatches": integer(1, MAX_ENVS),
         "algo.chunk_obs_mb": number(0.0, open_low=True, null=True),
         "algo.gamma": number(**unit, open_low=True),
         "algo.gae_lambda": number(**unit),
@@ -136,8 +147,8 @@ def _train_specs() -> dict[str, Spec]:
         "algo.target_kl": number(0.0, open_low=True, null=True),
         "algo.lr": number(0.0, open_low=True),
         "algo.max_grad_norm": number(0.0, open_low=True, null=True),
-        "algo.batch_size": POSITIVE,
-        "algo.context": integer(1, null=True),
+        "algo.batch_size": integer(1, MAX_ENVS),
+        "algo.context": integer(1, MAX_LENGTH, null=True),
         "algo.weight_decay": number(0.0),
         "algo.adam_eps": number(0.0, open_low=True),
         "algo.warmup_updates": integer(0),
@@ -145,9 +156,9 @@ def _train_specs() -> dict[str, Spec]:
         "algo.return_scale": number(0.0, open_low=True, null=True),
         "algo.top_fraction": number(**unit, open_low=True),
         "algo.eval_every": integer(0),
-        "algo.eval_episodes": integer(0),
+        "algo.eval_episodes": integer(0, MAX_EPISODES),
         "algo.eval_targets": Spec("numbers", nullable=True),
-        "algo.eval_num_targets": POSITIVE,
+        "algo.eval_num_targets": integer(1, 1000),
         "algo.eval_max_steps": POSITIVE,
         "algo.dqn_replay.root": string(null=True),
         "algo.dqn_replay.padding": choice(get_args(Padding)),
@@ -155,7 +166,7 @@ def _train_specs() -> dict[str, Spec]:
         "algo.dqn_replay.partial": choice(get_args(Partial)),
         "algo.dqn_replay.frame_stack": POSITIVE,
         # algo=impala
-        "algo.batch_rollouts": POSITIVE,
+        "algo.batch_rollouts": integer(1, MAX_ENVS),
         "algo.rho_bar": number(0.0, open_low=True),
         "algo.c_bar": number(0.0, open_low=True),
         "algo.pg_rho_bar": number(0.0, open_low=True, null=True),
@@ -167,8 +178,8 @@ def _train_specs() -> dict[str, Spec]:
         "algo.max_policy_lag": integer(0),
         # runtime (where IMPALA's actors run; PPO ignores it)
         "runtime.kind": choice(group_kinds("runtime")),
-        "runtime.num_actors": POSITIVE,
-        "runtime.envs_per_actor": integer(1, null=True),
+        "runtime.num_actors": integer(1, 4096),
+        "runtime.envs_per_actor": integer(1, MAX_ENVS, null=True),
         "runtime.slots": integer(1, null=True),
         "runtime.start_method": choice(("spawn", "forkserver")),
         "runtime.max_restarts": integer(0),
@@ -180,19 +191,19 @@ def _train_specs() -> dict[str, Spec]:
         "env.kind": choice(group_kinds("env")),
         "env.id": string(),
         "env.name": choice(TORCH_ENVS),
-        "env.num_envs": POSITIVE,
-        "env.num_envs@dataset": integer(1, null=True),
+        "env.num_envs": integer(1, MAX_ENVS),
+        "env.num_envs@dataset": integer(1, MAX_ENVS, null=True),
         "env.vectorization": hint_spec(gym_hints["vectorization"]) or string(),
         "env.atari": hint_spec(gym_hints["atari"]) or string(),
         # per-env wrappers: {path: import path, kwargs: {...}} (configs/env/gym.yaml)
         "env.wrappers": Spec("list", item_keys=("path", "kwargs")),
         "env.kwargs": Spec("mapping"),
         # torch-env constructor arguments with ranges (their types come from the signatures)
-        "env.kwargs.length@torch": POSITIVE,
-        "env.kwargs.k@torch": integer(0),
-        "env.kwargs.num_symbols@torch": integer(2),
-        "env.kwargs.episode_length@torch": POSITIVE,
-        "env.kwargs.max_episode_steps@torch": integer(1, null=True),
+        "env.kwargs.length@torch": integer(1, MAX_LENGTH),
+        "env.kwargs.k@torch": integer(0, MAX_LENGTH),
+        "env.kwargs.num_symbols@torch": integer(2, MAX_LENGTH),
+        "env.kwargs.episode_length@torch": integer(1, MAX_STEPS),
+        "env.kwargs.max_episode_steps@torch": integer(1, MAX_STEPS, null=True),
     }
 
 
@@ -200,12 +211,12 @@ def _evaluate_specs() -> dict[str, Spec]:
     """evaluate.yaml."""
     return {
         "checkpoint": string(null=True),  # required: rltrans.evaluate says so when it is null
-        "episodes": POSITIVE,
-        "num_envs": integer(1, null=True),
+        "episodes": integer(1, MAX_EPISODES),
+        "num_envs": integer(1, MAX_ENVS, null=True),
         "deterministic": replace(BOOL, nullable=True),
         "device": DEVICE,
         "seed": SEED,
-        "max_steps": POSITIVE,
+        "max_steps": integer(1, MAX_STEPS),
         "video_dir": string(null=True),
         "target_return": Spec("numbers", nullable=True),
         "env_id": string(null=True),
@@ -218,10 +229,10 @@ def _collect_specs() -> dict[str, Spec]:
         "dataset_id": string(null=True),  # required: rltrans.collect says so when it is null
         "policy": string(),
         "epsilon": Spec("numbers", 0.0, 1.0),
-        "episodes": POSITIVE,
+        "episodes": integer(1, MAX_EPISODES),
         "env_id": string(null=True),
         "max_episode_steps": integer(1, null=True),
-        "num_envs": POSITIVE,
+        "num_envs": integer(1, MAX_ENVS),
         "seed": SEED,
         "deterministic": replace(BOOL, nullable=True),
         "target_return": number(null=True),
@@ -429,6 +440,9 @@ def _train_cross_checks(cfg: dict, bad: set[str]) -> list[str]:
     owner = f"backbone {backbone}" if kind == "memory" and backbone else f"agent.kind={kind}"
     for name in [n for n in agent if n not in knobs] if knobs is not None else ():
         problems.append(unknown_key(f"agent.{name}", knobs, f" (not a knob of {owner})"))
+    problems = _transformer_preset_on_recurrent_backbone(agent, knobs, problems)
+    problems += _minibatch_problems(cfg, bad)
+    problems += _memory_problems(cfg, bad)
     offline = algo_kind == "offline"
     # DT/BC (return-conditioned) train offline only, the PPO agents online only.
     mismatch = entry is not None and entry.return_conditioned != offline
@@ -447,6 +461,134 @@ def _train_cross_checks(cfg: dict, bad: set[str]) -> list[str]:
             f"{', '.join(others)}"
         )
     return problems
+
+
+def _minibatch_problems(cfg: dict, bad: set[str]) -> list[str]:
+    """algo.num_minibatches must not exceed what one update can split: PPO's segments
+    (envs x num_steps / segment_length), IMPALA's envs per learner batch."""
+    algo, env, runtime = (cfg.get(k) or {} for k in ("algo", "env", "runtime"))
+    count, envs = algo.get("num_minibatches"), env.get("num_envs")
+    keys = {"algo.num_minibatches", "algo.num_steps", "algo.segment_length", "env.num_envs"}
+    if bad & keys or not isinstance(count, int) or not isinstance(envs, int):
+        return []
+    if algo.get("kind") == "online":
+        parts = envs * algo["num_steps"] // algo["segment_length"]
+        what = (
+            f"the {parts} segments of an update (env.num_envs x algo.num_steps / "
+            "algo.segment_length)"
+        )
+    elif algo.get("kind") == "impala" and not bad & {
+        "algo.batch_rollouts",
+        "runtime.envs_per_actor",
+    }:
+        per_rollout = envs
+        if runtime.get("kind") != "local" and runtime.get("envs_per_actor"):
+            per_rollout = runtime["envs_per_actor"]
+        parts = algo["batch_rollouts"] * per_rollout
+        what = f"the {parts} envs of a learner batch (algo.batch_rollouts x envs per rollout)"
+    else:
+        return []
+    if count <= parts:
+        return []
+    return [f"algo.num_minibatches={count}: more than {what}; valid: 1..{parts}"]
+
+
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_estimate(cfg: dict) -> dict[str, tuple[float, str]]:
+    """A rough lower bound of the bytes a run's largest tensors take, by part: (bytes, the
+    keys that size it). Observations are left out (their size is known only once the env is
+    built), so the estimate errs low."""
+    agent, algo, env = (cfg.get(k) or {} for k in ("agent", "algo", "env"))
+    dim, heads = agent.get("dim") or 64, agent.get("heads") or 1
+    layers = agent.get("layers") or (1 if agent.get("backbone") == "universal" else 2)
+    ff = agent.get("ff_mult") or 4
+    per_layer = {"lstm": 8, "gru": 6, "mlp": 2}.get(agent.get("backbone"), 4 + 2 * ff)
+    params = layers * per_layer * dim * dim + (agent.get("max_timestep") or 0) * dim
+    parts = {"model": (16.0 * params, "agent.dim, agent.layers (weights, gradients, Adam)")}
+    tokens_per_sample, context = 1, 1
+    if algo.get("kind") in ("online", "impala"):
+        envs, steps = env.get("num_envs") or 1, algo.get("num_steps") or 1
+        memory, length = agent.get("memory") or 0, algo.get("segment_length") or 1
+        state = envs * layers * memory * dim * 4.0
+        parts["memory"] = (
+            state * (1 + steps / length),
+            "env.num_envs, algo.num_steps / algo.segment_length, agent.memory, agent.dim",
+        )
+        samples = envs * steps * (algo.get("batch_rollouts") or 1)
+        samples /= algo.get("num_minibatches") or 1
+        context = memory + length
+        keys = "env.num_envs, algo.num_steps / algo.num_minibatches, agent.dim, agent.layers"
+    elif algo.get("kind") == "offline":
+        k = algo.get("context") or agent.get("context") or agent.get("history") or 1
+        samples, tokens_per_sample = algo.get("batch_size") or 1, 3
+        context = 3 * k
+        keys = "algo.batch_size, agent.context, agent.dim, agent.layers"
+    else:
+        return parts
+    tokens = samples * tokens_per_sample
+    activations = tokens * layers * (dim * (10 + 2 * ff) + 2 * heads * context) * 4.0
+    parts["activations"] = (activations, keys)
+    return parts
+
+
+def _memory_problems(cfg: dict, bad: set[str]) -> list[str]:
+    """A run whose estimated tensors (:func:`memory_estimate`) exceed this machine's RAM."""
+    total = physical_memory()
+    sized = {k for k in bad if k.split(".")[0] in ("agent", "algo", "env")}
+    if total is None or sized:
+        return []
+    parts = memory_estimate(cfg)
+    need = sum(b for b, _ in parts.values())
+    if need <= total:
+        return []
+    name, (largest, keys) = max(parts.items(), key=lambda item: item[1][0])
+    return [
+        f"the run needs at least {need / 2**30:.1f} GiB of memory, this machine has "
+        f"{total / 2**30:.1f} GiB; the largest part, {name} ({largest / 2**30:.1f} GiB), grows "
+        f"with {keys}: lower them"
+    ]
+
+
+# ------------------------------------- a transformer preset with agent.backbone=lstm|gru|mlp
+
+
+def _transformer_preset_on_recurrent_backbone(
+    agent: dict, knobs: list[str] | None, problems: list[str]
+) -> list[str]:
+    """``problems`` with the refusals of a transformer preset's block knobs merged into one
+    line: ``agent.backbone=gru`` on the default agent (gtrxl) leaves position, gate, ... that
+    a GRU does not take, each rightly refused; the fix is the backbone's own preset."""
+    from dataclasses import fields
+
+    from rltrans.backbones.gtrxl import PRESETS
+    from rltrans.config.files import group_options
+    from rltrans.core.block import BlockConfig
+
+    backbone = agent.get("backbone")
+    if knobs is None or agent.get("kind") != "memory" or backbone in (*PRESETS, "universal"):
+        return problems
+    block = {f.name for f in fields(BlockConfig)}
+    names = sorted(n for n in agent if n not in knobs and n in block)
+    if not names:
+        return problems
+    why = f" (not a knob of backbone {backbone})"
+    refused = {unknown_key(f"agent.{n}", knobs, why) for n in names}
+    preset = f"agent={backbone}" if backbone in group_options("agent") else "an agent preset"
+    line = (
+        f"agent.backbone={backbone}: the agent preset's transformer knobs ({', '.join(names)}) "
+        f"do not apply to backbone {backbone}; use {preset} instead of agent.backbone={backbone}"
+    )
+    return [line, *(p for p in problems if p not in refused)]
+
+
+# ------------------------------------------------------------------------- end of that check
 
 
 def _entry(name: Any) -> Any:

@@ -41,6 +41,7 @@ class Spec:
     default_words: tuple[str, ...] = ()
     words: tuple[str, ...] = ()
     item_keys: tuple[str, ...] = ()  # list items: mappings with these keys, the first required
+    nonempty: bool = False  # strings: '' is invalid (run_dir= would mean the working directory)
 
     def describe(self) -> str:
         """What is valid, in words (``an integer >= 1``, ``one of: pre, post``)."""
@@ -48,7 +49,7 @@ class Spec:
             "int": "an integer" + self._range(),
             "float": "a number" + self._range(),
             "bool": "true or false",
-            "str": "a string",
+            "str": "a non-empty string" if self.nonempty else "a string",
             "choice": "one of: " + ", ".join(self.choices),
             "device": "auto, cpu, cuda or cuda:<index>",
             "numbers": f"a number{self._range()} or a non-empty list of them",
@@ -89,6 +90,7 @@ class Spec:
             return ok, numbers if isinstance(value, list) else numbers[0]
         if kind == "str":  # names and paths: a number such as run_dir=2024 is a name too
             ok = isinstance(value, str) or (_is_number(value) and math.isfinite(value))
+            ok = ok and not (self.nonempty and value == "")
             return ok, str(value) if ok else value
         if kind == "list" and self.item_keys:
             return isinstance(value, list) and all(self._item_ok(v) for v in value), value
@@ -120,8 +122,15 @@ class Spec:
 
 
 def _bound(x: float) -> str:
-    """A range bound as written: 0, 1, 0.5, 4294967295."""
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+    """A range bound as written: 0, 1, 0.5, 4294967295, 2^20, 10^15."""
+    if not float(x).is_integer():
+        return f"{x:g}"
+    n = int(x)
+    for base in (2, 10):
+        power = round(math.log(n, base)) if n > 10**6 else 0
+        if power and base**power == n:
+            return f"{base}^{power}"
+    return str(n)
 
 
 def _is_number(value: Any) -> bool:

@@ -20,6 +20,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,10 +30,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium.error import DependencyNotInstalled
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
 from rltrans.accel.threads import ThreadTuner, tuned
+from rltrans.config import ConfigError
 from rltrans.envs import is_torch_env
 from rltrans.logging import Episode, EpisodeTracker
 from rltrans.spaces import obs_to_tensor
@@ -199,6 +203,10 @@ class Quota:
         return bool((self.left == 0).all())
 
 
+class MaxStepsError(RuntimeError):
+    """Evaluation ran more vector steps than its ``max_steps`` allows."""
+
+
 def play_episodes(
     loop: EpisodeLoop,
     quota: Quota,
@@ -222,7 +230,7 @@ def play_episodes(
                 on_step(step, finished)
             steps += 1
             if steps > max_steps:
-                raise RuntimeError(f"evaluation exceeded max_steps={max_steps} vector steps")
+                raise MaxStepsError(f"evaluation exceeded max_steps={max_steps} vector steps")
     return episodes
 
 
@@ -242,7 +250,11 @@ def acting_mode(policy: Any) -> Iterator[None]:
 
 class VideoRecorder:
     """Frames of env 0's first episode, for ``play_episodes(on_step=...)`` on envs made with
-    ``render_mode="rgb_array"``; :meth:`save` writes them as an animated GIF (Pillow, no codec).
+    ``render_mode="rgb_array"`` (Gymnasium envs, and torch-native envs, which draw their
+    frames with NumPy); :meth:`save` writes them as an animated GIF (Pillow, no codec).
+
+    A Gymnasium env whose renderer is not installed (pygame for CartPole) raises
+    :class:`rltrans.config.ConfigError` naming what to install.
     """
 
     def __init__(self, envs: VectorEnv) -> None:
@@ -254,19 +266,52 @@ class VideoRecorder:
         """Record env 0's frame after this step until its first episode has ended."""
         if self.finished:
             return
-        # A vector wrapper forwards render() but not call(); the base vector env has both.
-        frame = self.envs.unwrapped.call("render")[0]
-        if frame is not None:
-            self.frames.append(np.asarray(frame))
+        frames = self._render()
+        if frames is not None and frames[0] is not None:
+            self.frames.append(np.array(frames[0]))  # a copy: envs may reuse their buffers
         self.finished = bool(step.ended[0])
 
-    def save(self, path: Path, fps: int = 30) -> Path | None:
-        """Write the GIF (None when nothing was rendered)."""
+    def _render(self) -> Sequence[Any] | None:
+        """One frame per env (vector wrappers forward ``render``)."""
+        try:
+            return self.envs.render()
+        except DependencyNotInstalled as err:
+            raise ConfigError(_missing_renderer(err)) from None
+
+    def save(self, path: Path, fps: int | None = None) -> Path | None:
+        """Write the GIF (None when nothing was rendered); ``fps`` defaults to the env's
+        ``render_fps`` (else 30).
+
+        The GIF goes to a new file beside ``path`` (created exclusively, never through a
+        link) that is then renamed onto ``path``: a rename replaces a symlink at ``path``
+        rather than writing into the file it points to."""
         from PIL import Image
 
         if not self.frames:
             return None
+        fps = fps or self.envs.metadata.get("render_fps") or 30
         path.parent.mkdir(parents=True, exist_ok=True)
         images = [Image.fromarray(f) for f in self.frames]
-        images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(temp, flags | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                images[0].save(
+                    f, format="GIF", save_all=True, append_images=images[1:],
+                    duration=max(20, round(1000 / fps)), loop=0,
+                )  # fmt: skip
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
         return path
+
+
+def _missing_renderer(err: Exception) -> str:
+    """One line for a renderer Gymnasium reports missing: its own advice, plus rltrans's
+    ``render`` extra where the missing piece is pygame."""
+    text = " ".join(str(err).split())  # one line
+    extra = ' (or: pip install "rltrans[render]")' if "pygame" in text else ""
+    return f"video=true: this env cannot draw frames: {text}{extra}"

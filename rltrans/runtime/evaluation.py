@@ -3,12 +3,16 @@ return-conditioned policies (Decision Transformer, BC), a number of episodes per
 return with every target in ONE vector env (env i plays ``targets[i // episodes]``).
 
 Both count each env's episodes in the order it starts them (:class:`Quota`), so short
-episodes are not over-represented, and return what the env itself reported.
+episodes are not over-represented, and return what the env itself reported. Evaluation
+during training runs inside :func:`isolated_rng`, so that it changes no random draw of the
+training that follows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,37 @@ class TargetResult:
             "mean_length": float(np.mean(self.lengths)) if self.lengths else None,
             "returns": r.tolist(),
         }
+
+
+@contextlib.contextmanager
+def isolated_rng(device: torch.device | str) -> Iterator[None]:
+    """Give Python's, NumPy's and torch's global generators (the CPU's and a CUDA
+    ``device``'s) their states back after the block, whatever it drew."""
+    device = torch.device(device)
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
+
+
+def episode_metrics(episodes: Sequence[Episode], prefix: str = "eval/") -> dict[str, float]:
+    """Mean ``episodic_return`` and ``episodic_length`` of ``episodes`` and, where the env
+    reports ``info["success"]``, ``success_rate``, each under ``prefix``.
+
+    >>> episode_metrics([Episode(0, 1.0, 12, True), Episode(1, 0.0, 12, False)])
+    {'eval/episodic_return': 0.5, 'eval/episodic_length': 12.0, 'eval/success_rate': 0.5}
+    """
+    out = {
+        f"{prefix}episodic_return": float(np.mean([ep.ret for ep in episodes])),
+        f"{prefix}episodic_length": float(np.mean([ep.length for ep in episodes])),
+    }
+    successes = [ep.success for ep in episodes if ep.success is not None]
+    if successes:
+        out[f"{prefix}success_rate"] = float(np.mean(successes))
+    return out
 
 
 def evaluate_episodes(

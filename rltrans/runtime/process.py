@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -72,6 +71,7 @@ from rltrans.runtime.remote import (
     RemoteActor,
     RemotePool,
     buffer_from_views,
+    ignore_interrupts,
     map_leaves,
     rollout_tensors,
 )
@@ -204,7 +204,7 @@ def actor_main(
     parent_pid: int,
 ) -> None:
     """An actor process: build env and agent, then fill granted slots until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    ignore_interrupts()  # Ctrl-C is the learner's to handle; it stops this process
     worker = RemoteActor(spec, seed)
     views = weights.views()
     grants: deque[int] = deque()

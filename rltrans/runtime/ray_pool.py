@@ -41,6 +41,9 @@ Design:
   learner's weights repeats a LocalActor of this process exactly.
 * Order: Ray runs the calls of one caller to one actor in order, so :meth:`restart_envs`
   applies after the rollouts already queued (as in ProcessPool).
+* Signals: Ray's worker processes lead process groups of their own with SIGINT blocked, and
+  each actor ignores SIGINT as well, so Ctrl-C reaches only the learner, which finishes its
+  update, checkpoints and then kills the actors (as at a normal finish).
 * Failures: a call that raises (the actor died: ``RayActorError``; or its code raised) gets
   the actor a one-line warning on stderr naming it, then a new actor with a new seed (up to
   ``max_restarts`` per actor, then RuntimeError); its other queued calls are lost (counted).
@@ -79,6 +82,7 @@ from rltrans.runtime.remote import (
     ActorSpec,
     RemoteActor,
     RemotePool,
+    ignore_interrupts,
     map_leaves,
     rollout_tensors,
     to_host,
@@ -178,9 +182,14 @@ def to_torch(tree: Any, copy: bool = True) -> Any:
 class RolloutWorker(RemoteActor):
     """One actor in a Ray worker process (the pool makes this class remote; it is a plain
     class, usable in-process): a started :class:`~rltrans.runtime.remote.RemoteActor` and the
-    buffer it fills."""
+    buffer it fills. ``own_process``: it runs in a process of its own, which then ignores
+    SIGINT (the learner stops it)."""
 
-    def __init__(self, actor_id: int, seed: int, spec: ActorSpec) -> None:
+    def __init__(
+        self, actor_id: int, seed: int, spec: ActorSpec, *, own_process: bool = False
+    ) -> None:
+        if own_process:
+            ignore_interrupts()
         super().__init__(spec, seed)
         self.start()
         self.actor_id = actor_id
@@ -315,7 +324,7 @@ class RayPool(RemotePool):
     # -- set-up
 
     def _launch(self, i: int, seed: int, incarnation: int = 0) -> _Worker:
-        handle = self._remote.remote(i, seed, self._spec)
+        handle = self._remote.remote(i, seed, self._spec, own_process=True)
         return _Worker(seed=seed, incarnation=incarnation, handle=handle)
 
     def _wait_ready(self, timeout: float) -> None:

@@ -9,7 +9,10 @@ how weights reach an actor and how a rollout comes back. Everything else is here
   episode statistics of its steps (:func:`episode_info`), host copies (:func:`to_host`).
 * The actor's side: :class:`RemoteActor` builds env and agent from the plain configs and acts
   with :class:`~rltrans.runtime.actors.LocalActor` (the one acting loop), so one remote actor
-  with the learner's weights repeats a LocalActor of the learner's process exactly.
+  with the learner's weights repeats a LocalActor of the learner's process exactly. Its
+  process ignores SIGINT (:func:`ignore_interrupts`): Ctrl-C in a terminal signals the whole
+  process group, and the learner, which finishes its update and checkpoints first, stops
+  its actors itself.
 * The pool's side: :class:`RemotePool` keeps one :class:`ActorSlot` per actor (its base seed,
   incarnation and pid), starts actor i with ``actor_seed(seed, i, N)``, turns what an actor
   sent into a :class:`~rltrans.runtime.pool.Rollout` (episode statistics to ``on_info``,
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -122,6 +127,13 @@ def episode_info(info: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 # ----------------------------------------------------------------------------- actor side
+
+
+def ignore_interrupts() -> None:
+    """Ignore SIGINT in this actor process (from its main thread; elsewhere a no-op): the
+    learner handles Ctrl-C, then closes its actors as at a normal finish."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass(frozen=True)

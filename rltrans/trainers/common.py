@@ -1,5 +1,6 @@
 """What the three trainers share: the run's name, the state they checkpoint besides weights
-and optimizer, the speed choices (threads, compile) and the logger and progress bar."""
+and optimizer, the speed choices (threads, compile), the logger and progress bar, and the
+online trainers' periodic evaluation."""
 
 from __future__ import annotations
 
@@ -9,7 +10,19 @@ import torch
 from omegaconf import DictConfig
 
 from rltrans.accel import Accel, AutoCompile, compile_choice, thread_tuners
+from rltrans.config import to_container
+from rltrans.envs import make_env
 from rltrans.logging import MetricLogger, ProgressBar
+from rltrans.runtime.evaluation import episode_metrics, evaluate_episodes, isolated_rng
+
+# Evaluation envs are seeded cfg.seed + this: their own env objects, apart from training's.
+EVAL_SEED_OFFSET = 10_000
+# The periodic evaluation's metrics as the summary line names them.
+SUMMARY_KEYS = {
+    "eval/episodic_return": "eval_return",
+    "eval/episodic_length": "eval_length",
+    "eval/success_rate": "eval_success_rate",
+}
 
 
 def run_name(cfg: DictConfig) -> str:
@@ -110,4 +123,65 @@ def logger_and_bar(
     return logger, bar
 
 
-__all__ = ["Choice", "TrainerState", "Tuners", "logger_and_bar", "run_name", "speed"]
+class PeriodicEvaluation:
+    """``algo.eval_every`` / ``algo.eval_episodes`` of online training (PPO, IMPALA's learner).
+
+    Every ``eval_every`` updates the learner's agent plays ``eval_episodes`` episodes with its
+    mode action on an env of its own: the run's env config with ``training=False`` (no
+    episodic life, no reward clipping) and ``min(eval_episodes, env.num_envs)`` envs, reset
+    with seed ``cfg.seed + EVAL_SEED_OFFSET`` each time. Every evaluation so plays the same
+    starts, which ``python -m rltrans.evaluate seed=<that> num_envs=<those>`` plays for the
+    checkpoint of that update. It runs in :func:`isolated_rng`: a run trains the same with
+    or without it. Logged as ``eval/episodic_return``, ``eval/episodic_length`` and (envs
+    that report ``info["success"]``) ``eval/success_rate``.
+
+    >>> evaluation = PeriodicEvaluation(cfg, agent, device)  # doctest: +SKIP
+    >>> evaluation.after_update(update, global_step, logger)  # every update  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, cfg: DictConfig, agent: torch.nn.Module, device: torch.device, *, main: bool = True
+    ) -> None:
+        self.every = int(cfg.algo.get("eval_every", 0))  # updates; 0 = never
+        self.episodes = int(cfg.algo.get("eval_episodes", 0))
+        self.agent, self.device, self.seed = agent, device, cfg.seed + EVAL_SEED_OFFSET
+        self.envs = None
+        self.last: dict[str, float] = {}
+        if main and self.every > 0 and self.episodes > 0:  # under torchrun: rank 0 alone
+            env_cfg = {**to_container(cfg.env), "num_envs": min(self.episodes, cfg.env.num_envs)}
+            with isolated_rng(device):  # an env may draw from the global generators as built
+                self.envs = make_env(env_cfg, seed=self.seed, device=device, training=False)
+
+    def after_update(self, update: int, step: int, logger: MetricLogger) -> None:
+        """Evaluate and log at ``step`` when ``update`` is a multiple of ``eval_every``."""
+        if self.envs is None or update % self.every:
+            return
+        with isolated_rng(self.device):
+            episodes = evaluate_episodes(
+                self.agent, self.envs, self.episodes, seed=self.seed, device=self.device
+            )  # deterministic: the mode action
+        self.last = episode_metrics(episodes)
+        logger.log(step, self.last)
+
+    def summary(self) -> dict[str, float]:
+        """The last evaluation for the summary line: ``eval_return``, ``eval_length`` and
+        ``eval_success_rate`` (where reported); empty before the first."""
+        return {SUMMARY_KEYS[tag]: value for tag, value in self.last.items()}
+
+    def close(self) -> None:
+        """Close the evaluation env."""
+        if self.envs is not None:
+            self.envs.close()
+            self.envs = None
+
+
+__all__ = [
+    "EVAL_SEED_OFFSET",
+    "Choice",
+    "PeriodicEvaluation",
+    "TrainerState",
+    "Tuners",
+    "logger_and_bar",
+    "run_name",
+    "speed",
+]

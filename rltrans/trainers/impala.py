@@ -4,7 +4,9 @@ V-trace off-policy correction, for any memory agent.
 Reads top to bottom like trainers/ppo.py: open the run, build, then loop
 
     get B rollouts from the actor pool (dropping those older than max_policy_lag)
-    -> one V-trace update (the learner) -> publish the weights -> log -> checkpoint
+    -> one V-trace update (the learner) -> publish the weights -> log
+    -> evaluate the learner's agent (every algo.eval_every updates) -> checkpoint (every
+    checkpoint_every updates, and at once on SIGINT / SIGTERM, which then stop the run)
 
 The actor pool (:mod:`rltrans.runtime.pool`) is the only thing a runtime changes:
 ``runtime=local`` steps ``num_actors`` actors in this process, round-robin with the
@@ -38,7 +40,14 @@ from rltrans.registry import build_agent
 from rltrans.run import Run, seed_everything
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
-from rltrans.trainers.common import TrainerState, logger_and_bar, run_name, speed
+from rltrans.trainers.common import (
+    PeriodicEvaluation,
+    TrainerState,
+    logger_and_bar,
+    run_name,
+    speed,
+)
+from rltrans.trainers.stop import StopSignals
 
 
 def build_pool(
@@ -134,6 +143,8 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
     spaces = (envs[0].single_observation_space, envs[0].single_action_space)
     with run.building("agent"):
         agent = build_agent(to_container(cfg.agent), *spaces).to(device)
+    with run.building("env"):  # the learner evaluates its own agent (algo.eval_every)
+        evaluation = PeriodicEvaluation(cfg, agent, device, main=world.is_main)
     per_actor = None if local else cfg.runtime.get("envs_per_actor")  # N of each rollout
     num_envs = per_actor or envs[0].num_envs
     # Under torchrun each of the world.size learner processes trains on its own rollouts.
@@ -190,6 +201,8 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         cfg, run, global_step, total_updates * steps_per_update, "step", main=world.is_main
     )
     start, start_step, status = time.perf_counter(), global_step, "finished"
+    # SIGINT / SIGTERM: finish the update, checkpoint, stop (every learner process together).
+    stop = StopSignals().install()
     try:
         while global_step < cfg.total_steps:
             rollouts: list[Rollout] = []
@@ -239,7 +252,10 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
             logger.log_histogram(global_step, "perf/policy_lag", torch.tensor(lags))
             for name, values in learner.distributions.items():  # e.g. ponder steps per token
                 logger.log_histogram(global_step, f"charts/{name}", values)
-            if state.update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
+            evaluation.after_update(state.update, global_step, logger)
+            done = global_step >= cfg.total_steps
+            stopping = stop.poll() and not done  # a signal: checkpoint now, then stop
+            if stopping or done or state.update % cfg.checkpoint_every == 0:
                 run.save(global_step, agent, learner, spaces, extra=state.state_dict())
                 if local:
                     # Every env starts afresh after a checkpoint, as in a run resumed from it,
@@ -252,6 +268,11 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
                         scaler.returns.zero_()
             if bar is not None:
                 bar.update(steps_per_update, SPS=f"{sps:.0f}", ret=tracker.mean_return)
+            if stopping:
+                status = "interrupted"
+                if world.is_main:
+                    stop.report(global_step, run.latest_checkpoint(), run.dir)
+                break
     except NonFiniteLossError as err:
         status = "stopped"
         run.stop_message(global_step, err)
@@ -259,8 +280,12 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         if bar is not None:
             bar.close()
         logger.close()
-        pool.close()
+        pool.close()  # stops the actors, as at a normal finish
+        evaluation.close()
+        if status == "interrupted":  # torchrun stops every process once one exits: rank 0
+            distributed.barrier()  # has written its checkpoint and closed before any exits
         run.close()
+        stop.restore()
     return {
         "status": status,
         "run_dir": str(run.dir),
@@ -273,4 +298,6 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         "episodes": tracker.episodes_seen,
         "SPS": (global_step - start_step) / max(1e-9, time.perf_counter() - start),
         "checkpoint": run.latest_checkpoint(),
+        **evaluation.summary(),
+        **stop.summary(status),
     }

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrans.accel import Accel
 from rltrans.buffers.trajectory import TrajectoryBuffer
-from rltrans.config import ConfigError, to_container
+from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
 from rltrans.envs import make_env
 from rltrans.envs.offline import (
     DATASET_KINDS,
@@ -40,11 +40,11 @@ from rltrans.registry import agent_entry, build_agent
 from rltrans.run import Run
 from rltrans.runtime.evaluation import TargetResult, evaluate_targets
 from rltrans.spaces import check_same_spaces
-from rltrans.trainers.common import TrainerState, logger_and_bar, speed
+from rltrans.trainers.common import EVAL_SEED_OFFSET, TrainerState, logger_and_bar, speed
+from rltrans.trainers.stop import StopSignals
 
 __all__ = ["derive_targets", "eval_metrics", "train_offline"]
 
-EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from other seeds than any training use
 WARMUP_CAP = 0.1  # warmup is at most this fraction of train_steps (see configs/algo/offline.yaml)
 
 
@@ -136,9 +136,15 @@ def eval_env_config(
             f"env.id=<Gymnasium id>, or algo.eval_episodes=0 to train without evaluation"
         )
     try:
-        return env_config_from_spec(dataset.env_spec, num_envs)
+        env_cfg = env_config_from_spec(dataset.env_spec, num_envs)
     except ValueError as err:
         raise ConfigError(f"dataset {dataset.name!r}: {err}") from None
+    # The metadata is a file like any other: the env it names is checked before anything of
+    # it is imported, exactly as a checkpoint's env is.
+    source = f"the environment spec of dataset {dataset.name!r} (its metadata)"
+    checked = checked_file_config({**to_container(cfg), "env": env_cfg}, source)
+    refuse_env_code(env_cfg, source, bool(cfg.get("trust_env_code", False)))
+    return to_container(checked.env)
 
 
 def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
@@ -242,6 +248,10 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
     extra = {"agent_kwargs": {"stats": buffer.stats()}, "dataset": data_info}
     extra.update(eval_targets=targets, eval_env=env_cfg)
 
+    def save() -> None:
+        state.update = step
+        run.save(step, agent, learner, spaces, extra={**extra, **state.state_dict()})
+
     def evaluate_and_save() -> list[TargetResult]:
         found = []
         if envs is not None:
@@ -251,11 +261,11 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
                 max_steps=algo.eval_max_steps,
             )  # fmt: skip
             logger.log(step, eval_metrics(found))
-        state.update = step
-        run.save(step, agent, learner, spaces, extra={**extra, **state.state_dict()})
+        save()
         return found
 
     agent.train()
+    stop = StopSignals().install()  # SIGINT / SIGTERM: finish the step, checkpoint, stop
     try:
         while step < train_steps:
             t0 = time.perf_counter()
@@ -287,7 +297,8 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
                 if bar is not None:
                     bar.update(0, loss=logger.summary().get("losses/action"))
                 totals, count, sample_s, learn_s = {}, 0, 0.0, 0.0
-            if (algo.eval_every and step % algo.eval_every == 0) or step == train_steps:
+            evaluating = (algo.eval_every and step % algo.eval_every == 0) or step == train_steps
+            if evaluating:
                 t_eval = time.perf_counter()
                 results = evaluate_and_save()
                 eval_s += time.perf_counter() - t_eval
@@ -295,6 +306,12 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
                     bar.update(0, ret=eval_metrics(results)["eval/return_mean"])
             if bar is not None:
                 bar.update(1)
+            if stop.poll() and step < train_steps:
+                if not evaluating:  # (an evaluation has just saved this step)
+                    save()
+                status = "interrupted"
+                stop.report(step, run.latest_checkpoint(), run.dir)
+                break
         if step == start_step:  # nothing left to train (resumed at the end): evaluate once
             results = evaluate_and_save()
     except NonFiniteLossError as err:
@@ -307,6 +324,7 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
         if envs is not None:
             envs.close()
         run.close()
+        stop.restore()
     summary: dict[str, Any] = {
         "status": status,
         "run_dir": str(run.dir),
@@ -319,6 +337,7 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
         "eval_targets": targets,
         "eval_episodes_per_target": int(algo.eval_episodes),
         "checkpoint": run.latest_checkpoint(),
+        **stop.summary(status),
     }
     if results:
         summary["return_by_target"] = {f"{r.target:g}": float(np.mean(r.returns)) for r in results}

@@ -3,11 +3,14 @@
 Reads top to bottom like a CleanRL script: open the run, build, then loop
 
     collect T steps of N envs (the actor) -> advantages -> update (the learner) -> log
-    -> checkpoint
+    -> evaluate (every algo.eval_every updates) -> checkpoint (every checkpoint_every
+    updates, and at once on SIGINT / SIGTERM, which then stop the run)
 
 The pieces live in modules: the run context (:mod:`rltrans.run`), envs
 (:func:`rltrans.envs.make_env`), agents (:mod:`rltrans.registry`), the actor
-(:mod:`rltrans.runtime.actors`), the rollout buffer and the learner.
+(:mod:`rltrans.runtime.actors`), the rollout buffer, the learner, the periodic evaluation
+(:class:`rltrans.trainers.common.PeriodicEvaluation`) and the signals
+(:mod:`rltrans.trainers.stop`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from rltrans.logging import EpisodeTracker
 from rltrans.registry import build_agent
 from rltrans.run import Run
 from rltrans.runtime.actors import LocalActor, RewardScaler
-from rltrans.trainers.common import TrainerState, logger_and_bar, run_name, speed
+from rltrans.trainers.common import (
+    PeriodicEvaluation,
+    TrainerState,
+    logger_and_bar,
+    run_name,
+    speed,
+)
+from rltrans.trainers.stop import StopSignals
 
 
 def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -39,6 +49,8 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     spaces = (envs.single_observation_space, envs.single_action_space)
     with run.building("agent"):
         agent = build_agent(to_container(cfg.agent), *spaces).to(device)
+    with run.building("env"):
+        evaluation = PeriodicEvaluation(cfg, agent, device)  # algo.eval_every; 0 = none
     steps_per_update = algo.num_steps * envs.num_envs
     total_updates = run.whole_updates(steps_per_update, "algo.num_steps x env.num_envs")
     accel = Accel(chunk_obs_mb=algo.get("chunk_obs_mb"))
@@ -73,6 +85,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     actor.set_policy_version(state.update)
     logger, bar = logger_and_bar(cfg, run, global_step, total_updates * steps_per_update, "step")
     start, start_step, status = time.perf_counter(), global_step, "finished"
+    stop = StopSignals().install()  # SIGINT / SIGTERM: finish the update, checkpoint, stop
     try:
         while global_step < cfg.total_steps:
             actor.collect(buffer, on_info=tracker.update)
@@ -100,13 +113,20 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             )
             for name, values in learner.distributions.items():  # e.g. ponder steps per token
                 logger.log_histogram(global_step, f"charts/{name}", values)
-            if state.update % cfg.checkpoint_every == 0 or global_step >= cfg.total_steps:
+            evaluation.after_update(state.update, global_step, logger)
+            done = global_step >= cfg.total_steps
+            stopping = stop.poll() and not done  # a signal: checkpoint now, then stop
+            if stopping or done or state.update % cfg.checkpoint_every == 0:
                 run.save(global_step, agent, learner, spaces, extra=state.state_dict())
                 # Every env starts afresh after a checkpoint, as in a run resumed from it, so
                 # an interrupted run continues exactly as this one does.
                 actor.restart(seed=cfg.seed + state.update)
             if bar is not None:
                 bar.update(steps_per_update, SPS=f"{sps:.0f}", ret=tracker.mean_return)
+            if stopping:
+                status = "interrupted"
+                stop.report(global_step, run.latest_checkpoint(), run.dir)
+                break
     except NonFiniteLossError as err:
         status = "stopped"
         run.stop_message(global_step, err)
@@ -115,7 +135,9 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             bar.close()
         logger.close()
         envs.close()
+        evaluation.close()
         run.close()
+        stop.restore()
     return {
         "status": status,
         "run_dir": str(run.dir),
@@ -127,4 +149,6 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         "episodes": tracker.episodes_seen,
         "SPS": (global_step - start_step) / max(1e-9, time.perf_counter() - start),
         "checkpoint": run.latest_checkpoint(),
+        **evaluation.summary(),
+        **stop.summary(status),
     }

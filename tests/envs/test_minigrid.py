@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from rltrans.config import load_config
-from rltrans.envs import make_env, untrusted_code
+from rltrans.config import env_code, load_config
+from rltrans.envs import make_env
 from rltrans.runtime.pool import LocalPool
 from tests.test_rollout import small_agent
 
@@ -53,4 +53,4 @@ def test_frames_stay_uint8_in_rollouts():
 def test_checkpoints_naming_minigrid_need_no_trust_flag():
     """minigrid's ids and wrappers are trusted like gymnasium's, so evaluating a checkpoint of
     env=minigrid_memory needs no trust_env_code=true."""
-    assert untrusted_code(load_config(["env=minigrid_memory"]).env) == []
+    assert env_code(load_config(["env=minigrid_memory"]).env) == []

@@ -543,7 +543,7 @@ def test_cartpole_cuda_matches_cpu_dynamics():
 
 # ---------------------------------------------------------------------------- errors
 def test_make_torch_env_errors():
-    with pytest.raises(ValueError, match=r"'maze'.*\['repeat_previous', 'stateless_cartpole'"):
+    with pytest.raises(ValueError, match=r"'maze'.*'repeat_previous', 'stateless_cartpole'"):
         make_torch_env("maze", num_envs=2)
     with pytest.raises(TypeError, match=r"\['lenght'\].*'tmaze'.*'length'"):
         make_torch_env("tmaze", num_envs=2, lenght=5)
@@ -552,6 +552,7 @@ def test_make_torch_env_errors():
         "k",
         "episode_length",
         "validate_actions",
+        "render_mode",
     ]
     assert make_torch_env("repeat_previous", num_envs=2, k=2).k == 2
 

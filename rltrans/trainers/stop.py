@@ -1,0 +1,139 @@
+"""Stopping a run cleanly on SIGINT (Ctrl-C) or SIGTERM (what cluster schedulers send).
+
+Inside :class:`StopSignals` the first of these signals only records itself. The trainer's
+loop asks :meth:`StopSignals.poll` once per update; when it says stop, the trainer writes
+the checkpoint a periodic one would, returns its summary with ``status: interrupted`` and
+``signal``, and the command exits with 128 + the signal's number (130, 143), as a shell
+reports a process the signal ended. A second signal gets the handling that was in place
+before (Python's KeyboardInterrupt for SIGINT, termination for SIGTERM), so a run stuck in
+its update is one more Ctrl-C away from ending. Signals within :data:`REPEAT_S` of the first
+count as that one: under torchrun a terminal's Ctrl-C reaches each learner process twice,
+from the terminal and forwarded by torchrun.
+
+Under torchrun every learner process polls at every update and the answer is one
+collective (stop when any process got a signal), so all of them stop after the same update
+and take part in the checkpoint's collectives together. (torchrun gives its processes 30 s
+after forwarding a signal, then kills them: an update and a checkpoint must fit.)
+
+Example (a trainer's loop; ``with StopSignals() as stop:`` does the same)::
+
+    stop = StopSignals().install()
+    try:
+        while step < total:
+            ...one update...
+            if stop.poll():
+                run.save(step, ...)
+                status = "interrupted"
+                stop.report(step, run.latest_checkpoint(), run.dir)
+                break
+    finally:
+        ...close envs, actors, logger...
+        stop.restore()
+    return {"status": status, ..., **stop.summary(status)}  # + "signal": "SIGTERM"
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from types import FrameType, TracebackType
+from typing import Any
+
+from rltrans import distributed
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REPEAT_S = 1.0  # a signal this soon after the first is the same request, delivered twice
+
+
+class StopSignals:
+    """Records the first SIGINT / SIGTERM while active (handlers in the main thread only,
+    the previous ones restored on exit); :meth:`poll` says whether to stop."""
+
+    def __init__(
+        self, signals: tuple[signal.Signals, ...] = STOP_SIGNALS, repeat_s: float = REPEAT_S
+    ) -> None:
+        self.signals, self.repeat_s = signals, repeat_s
+        self.received: signal.Signals | None = None  # the first signal this process got
+        self._received_at = 0.0
+        self.stop_signal: signal.Signals | None = None  # the one the run stops for, once polled
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def install(self) -> StopSignals:
+        """Take over the signals' handling (from the main thread; elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread may set handlers: signals keep their handling
+        for sig in self.signals:
+            # A signal ignored when the process started (``cmd &`` in a script ignores
+            # SIGINT) stays ignored, as Python itself leaves it.
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def restore(self) -> None:
+        """Give the signals their previous handling back (idempotent)."""
+        for sig, handler in self._previous.items():
+            # None: a handler not set from Python; the default is the closest there is.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self.received is None:
+            self.received, self._received_at = signal.Signals(signum), now
+            return
+        if now - self._received_at < self.repeat_s:
+            return  # the first one again (the terminal's and torchrun's copy)
+        # The second signal: handled as if this object were not there, at once.
+        previous = self._previous.get(signal.Signals(signum))
+        self.restore()
+        if callable(previous):
+            previous(signum, frame)  # e.g. Python's SIGINT handler: KeyboardInterrupt
+        else:
+            signal.raise_signal(signum)  # SIG_DFL: the signal ends the process
+
+    def poll(self) -> bool:
+        """True when this run is to stop after the current update: a signal reached this
+        process or, under torchrun, any learner process (a collective: every rank calls it
+        once per update)."""
+        if self.stop_signal is not None:
+            return True
+        if distributed.all_true(self.received is None):
+            return False
+        # Stopping: which signal (the lowest rank that got one; one more collective).
+        received = distributed.gather_objects(self.received)
+        self.stop_signal = next(s for s in received if s is not None)
+        return True
+
+    @property
+    def name(self) -> str | None:
+        """``SIGINT`` / ``SIGTERM`` once :meth:`poll` said stop, else None."""
+        return None if self.stop_signal is None else self.stop_signal.name
+
+    def summary(self, status: str) -> dict[str, str]:
+        """``{"signal": "SIGTERM"}`` for a summary line whose ``status`` is interrupted."""
+        return {"signal": self.name} if status == "interrupted" and self.name else {}
+
+    def report(self, step: int, checkpoint: str | None, run_dir: Any) -> None:
+        """One stderr line: which signal stopped the run, at which step, its checkpoint."""
+        print(
+            f"rltrans: {self.name}: training stopped at step {step} after the current update; "
+            f"checkpoint {checkpoint} (continue with resume=true run_dir={run_dir})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __enter__(self) -> StopSignals:
+        return self.install()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.restore()
+
+
+__all__ = ["STOP_SIGNALS", "StopSignals"]

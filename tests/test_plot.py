@@ -1,0 +1,149 @@
+"""python -m rltrans.plot: runs of one config (up to the seed) become one mean curve with a 95 %
+band, interpolated onto the steps the group logged; the CSV holds the numbers the PNG draws;
+bad arguments are one error line with exit code 2. Runs are written through rltrans's own
+MetricLogger (TensorBoard events), so the reader reads what training writes."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rltrans.logging import EPISODIC_RETURN, MetricLogger
+from rltrans.plot import main as plot_main
+from tests.cli import summary_line
+
+# The PNG needs the plot extra (part of dev); the error tests run without it.
+DRAWS = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None, reason='needs pip install "rltrans[plot]"'
+)
+
+
+def make_run(path: Path, values: dict[int, float], seed: int, dim: int = 16, **metrics) -> Path:
+    """A run folder: config.yaml and events of charts/episodic_return (plus ``metrics``)."""
+    path.mkdir(parents=True)
+    config = {"agent": {"dim": dim, "backbone": "gtrxl"}, "seed": seed, "run_dir": str(path)}
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    with MetricLogger(path) as logger:
+        for step, value in values.items():
+            logger.log(step, {EPISODIC_RETURN: value, **metrics})
+    return path
+
+
+def read_rows(path: Path) -> dict[str, list[dict[str, float]]]:
+    """The CSV's rows by group, numbers as floats."""
+    rows: dict[str, list[dict[str, float]]] = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            group = row.pop("group")
+            rows.setdefault(group, []).append({k: float(v) for k, v in row.items()})
+    return rows
+
+
+def plot(tmp_path: Path, capsys, *args: str) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr of a plot run writing into tmp_path."""
+    code = plot_main([*args, f"out={tmp_path / 'c.png'}", f"csv={tmp_path / 'c.csv'}"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@DRAWS
+def test_seeds_of_one_config_become_their_mean_with_a_band(tmp_path, capsys):
+    a = make_run(tmp_path / "a1", {0: 1.0, 10: 3.0, 20: 5.0}, seed=1)
+    b = make_run(tmp_path / "a2", {0: 3.0, 10: 7.0, 20: 9.0}, seed=2)
+    c = make_run(tmp_path / "b1", {0: 0.0, 10: 1.0, 20: 2.0}, seed=1, dim=32)
+    code, out, _ = plot(tmp_path, capsys, str(a), str(b), str(c))
+    assert code == 0
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+    summary = summary_line(out)
+    groups = {g["label"]: g["runs"] for g in summary["groups"]}
+    # seed and run_dir differ within a group; the label is the key that differs between them
+    assert groups == {"agent.dim=16": [str(a), str(b)], "agent.dim=32": [str(c)]}
+    rows = read_rows(tmp_path / "c.csv")
+    two = rows["agent.dim=16"]
+    assert [r["step"] for r in two] == [0, 10, 20]
+    assert [r["mean"] for r in two] == [2.0, 5.0, 7.0]  # the mean of the two seeds
+    assert all(r["n_seeds"] == 2 for r in two)
+    # 95 % t interval with 2 seeds: mean +- t(0.975, 1) * sd / sqrt(2), sd = |a - b| / sqrt(2)
+    for r, spread in zip(two, (2.0, 4.0, 4.0), strict=True):
+        half = 12.706 * (spread / np.sqrt(2)) / np.sqrt(2)
+        assert (r["low"], r["high"]) == pytest.approx((r["mean"] - half, r["mean"] + half))
+    one = rows["agent.dim=32"]
+    assert [(r["mean"], r["low"], r["high"], r["n_seeds"]) for r in one] == [
+        (0.0, 0.0, 0.0, 1),
+        (1.0, 1.0, 1.0, 1),
+        (2.0, 2.0, 2.0, 1),
+    ]
+
+
+@DRAWS
+def test_seeds_logged_at_other_steps_are_interpolated_and_counted_where_they_span(tmp_path, capsys):
+    a = make_run(tmp_path / "a", {0: 0.0, 10: 2.0, 20: 4.0, 30: 6.0}, seed=1)
+    b = make_run(tmp_path / "b", {0: 10.0, 20: 20.0}, seed=2)  # fewer points, shorter
+    code, _, _ = plot(tmp_path, capsys, str(a), str(b))
+    assert code == 0
+    (rows,) = read_rows(tmp_path / "c.csv").values()
+    by_step = {r["step"]: r for r in rows}
+    assert by_step[10]["mean"] == pytest.approx((2.0 + 15.0) / 2)  # b at 10: half-way
+    assert by_step[10]["n_seeds"] == 2
+    assert (by_step[30]["mean"], by_step[30]["n_seeds"]) == (6.0, 1)  # beyond b's last step
+
+
+@DRAWS
+def test_a_resumed_runs_purged_events_are_not_plotted(tmp_path, capsys):
+    """As TensorBoard shows it: events written after the checkpoint a run resumed from are
+    replaced by the resumed run's."""
+    run = make_run(tmp_path / "a", {0: 0.0, 10: 1.0, 20: 2.0, 30: 3.0}, seed=1)
+    with MetricLogger(run, purge_step=20) as logger:
+        for step in (20, 30):
+            logger.log(step, {EPISODIC_RETURN: -1.0})
+    assert plot(tmp_path, capsys, str(run))[0] == 0
+    (rows,) = read_rows(tmp_path / "c.csv").values()
+    assert [(r["step"], r["mean"]) for r in rows] == [(0, 0.0), (10, 1.0), (20, -1.0), (30, -1.0)]
+
+
+@DRAWS
+def test_another_tag_and_wall_time(tmp_path, capsys):
+    run = make_run(tmp_path / "a", {0: 0.0, 10: 1.0}, seed=1, **{"losses/value": 0.5})
+    code, out, _ = plot(tmp_path, capsys, str(run), "tag=losses/value", "x=time")
+    assert code == 0 and summary_line(out)["tag"] == "losses/value"
+    (rows,) = read_rows(tmp_path / "c.csv").values()
+    assert rows[0]["step"] == 0.0 and all(r["mean"] == 0.5 for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["{empty}"], "error: {empty}: not a run folder (no config.yaml)"),
+        (["{run}", "tag=charts/nope"], "error: tag=charts/nope: {run} logged no such scalar; "),
+        (["{run}", "x=wall"], "error: x=wall: expected one of: step, time"),
+        (["{run}", "tga=charts/x"], "error: tga=charts/x: neither a run folder nor an option"),
+        ([], "error: no run folders given"),
+    ],
+)
+def test_bad_arguments_are_one_error_line_with_exit_code_2(tmp_path, capsys, args, expected):
+    run = make_run(tmp_path / "run", {0: 1.0}, seed=1)
+    (tmp_path / "empty").mkdir()
+    names = {"run": str(run), "empty": str(tmp_path / "empty")}
+    code, _, err = plot(tmp_path, capsys, *(a.format(**names) for a in args))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(expected.format(**names)), err
+    if "tag=" in expected:
+        assert "its tags: charts/episodic_return" in err  # what the run has
+    assert not (tmp_path / "c.png").exists() and not (tmp_path / "c.csv").exists()
+
+
+def test_missing_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch):
+    run = make_run(tmp_path / "run", {0: 1.0}, seed=1)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails
+    code, _, err = plot(tmp_path, capsys, str(run))
+    assert code == 2
+    assert (
+        err
+        == 'error: the PNG needs matplotlib, which is not installed: pip install "rltrans[plot]"\n'
+    )
