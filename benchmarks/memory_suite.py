@@ -1,0 +1,344 @@
+"""Where does each agent's memory stop working? Torch-native memory tasks by memory length.
+
+Every run is ``python -m rltrans.train`` on one task at one memory length with one agent and
+seed, at a fixed env-step budget, then ``python -m rltrans.evaluate`` over 100 deterministic
+episodes of its last checkpoint. Runs go to parallel processes (``--jobs``) and to folders of
+their own under ``--out``; a run whose result is on disk is not done again, an interrupted
+one resumes from its checkpoint, so the suite can be stopped and started at will.
+
+Printed: one table (task, length, agent: final evaluated return over the seeds as mean and
+range, env steps until the deterministic evaluations during training (``algo.eval_every``)
+first reach 90 % of the task's best return, SPS). Written to ``--out``: ``table.md``,
+``results.json`` and two pictures, ``curves.png`` (evaluated return against env steps, mean
+and 95 % band over seeds, a panel per task and length) and ``by_length.png`` (final
+evaluated return against memory length, a line per agent, a panel per task).
+
+The memory length is the distance the task asks the agent to remember over: the episode
+length of repeat_first, count_recall and the T-mazes (the cue comes first), k for
+repeat_previous, the sequence length for autoencode. The default agents' window is 64 steps
+(gtrxl: 2 layers x M=32).
+
+    python benchmarks/memory_suite.py --quick          # < 30 min on 2 cores: 3 lengths, 3 seeds
+    python benchmarks/memory_suite.py                  # the full grid (a GPU: --device cuda)
+    python benchmarks/memory_suite.py --tasks passive_tmaze --lengths 16 64 256 \
+        --agents gtrxl gru --steps 500000 --jobs 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+# Task -> (its env option, how a memory length becomes env overrides, chance return).
+# Returns are POPGym's, scaled to [-1, 1]; the T-mazes' is +1 / -1 at the decision.
+TASKS: dict[str, dict] = {
+    "repeat_first": {"env": "repeat_first", "length": lambda d: [f"env.kwargs.length={d}"]},
+    "repeat_previous": {
+        "env": "repeat_previous",
+        "length": lambda d: [f"env.kwargs.k={d}", f"env.kwargs.episode_length={2 * d + 16}"],
+    },
+    "count_recall": {"env": "count_recall", "length": lambda d: [f"env.kwargs.length={d}"]},
+    "autoencode": {"env": "autoencode", "length": lambda d: [f"env.kwargs.length={d}"]},
+    "passive_tmaze": {"env": "passive_tmaze", "length": lambda d: [f"env.kwargs.length={d}"]},
+    "tmaze": {"env": "tmaze", "length": lambda d: [f"env.kwargs.length={d}"]},
+}
+BEST_RETURN = 1.0  # every task's best return
+AGENTS: dict[str, list[str]] = {
+    "gtrxl": ["agent=gtrxl"],
+    "gtrxl_long": ["agent=gtrxl", "agent.memory=128", "algo.segment_length=64"],
+    "lstm": ["agent=lstm"],
+    "gru": ["agent=gru"],
+    "mlp": ["agent=mlp"],
+}
+PRESETS = {
+    "quick": {
+        "tasks": ["passive_tmaze", "repeat_first", "autoencode"],
+        "lengths": [8, 96, 256],
+        "agents": ["gtrxl", "lstm", "gru", "mlp"],
+        "seeds": 3,
+        "steps": 50_000,
+        "num_envs": 16,
+    },
+    "full": {
+        "tasks": list(TASKS),
+        "lengths": [16, 64, 256, 1024],
+        "agents": list(AGENTS),
+        "seeds": 3,
+        "steps": 2_000_000,
+        "num_envs": 64,
+    },
+}
+EVAL_EPISODES = 100
+# Learning curves and steps to 90 %: the deterministic evaluations made during training
+# (algo.eval_every), as the final return is; sampled training returns stay lower.
+CURVE = "eval/episodic_return"
+
+
+@dataclass
+class Result:
+    """One finished run: its evaluated return, steps to 90 % of the best, speed."""
+
+    task: str
+    length: int
+    agent: str
+    seed: int
+    eval_return: float
+    steps_to_90: int | None
+    sps: float
+    run_dir: str
+
+
+def run_name(task: str, length: int, agent: str, seed: int) -> str:
+    """The folder of one run under --out."""
+    return f"{task}-L{length}-{agent}-s{seed}"
+
+
+def _command(module: str, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def _summary(out: str) -> dict:
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"no summary line in:\n{out[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def steps_to(run: Path, tag: str, threshold: float) -> int | None:
+    """The first logged step at which ``tag`` reached ``threshold`` (None: never)."""
+    from rltrans.plot import read_curve
+
+    curve = read_curve(run, tag, "step")
+    hit = [x for x, y in zip(curve.x, curve.y, strict=True) if y >= threshold]
+    return int(hit[0]) if hit else None
+
+
+def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namespace) -> Result:
+    """Train (or resume, or reuse) one run and evaluate its last checkpoint."""
+    run = Path(args.out) / run_name(task, length, agent, seed)
+    done = run / "result.json"
+    if done.is_file():
+        return Result(**json.loads(done.read_text()))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    train = [
+        f"env={TASKS[task]['env']}",
+        *TASKS[task]["length"](length),
+        *AGENTS[agent],
+        f"env.num_envs={args.num_envs}",
+        f"seed={seed}",
+        f"total_steps={args.steps}",
+        f"device={args.device}",
+        f"run_dir={run}",
+        f"algo.eval_every={args.eval_every}",
+        f"algo.eval_episodes={args.num_envs}",
+        "progress=false",
+        "torch_threads=1",
+        "compile=false",
+    ]
+    if (run / "checkpoints" / "last.pt").is_file():
+        train = ["resume=true", f"run_dir={run}", f"total_steps={args.steps}", "progress=false"]
+    trained = subprocess.run(
+        _command("rltrans.train", train), capture_output=True, text=True, env=env
+    )
+    if trained.returncode != 0:
+        raise RuntimeError(
+            f"{run.name}: train exited {trained.returncode}:\n{trained.stderr[-2000:]}"
+        )
+    sps = float(_summary(trained.stdout).get("SPS") or 0.0)
+    evaluate = [
+        f"checkpoint={run}",
+        f"episodes={EVAL_EPISODES}",
+        f"num_envs={min(EVAL_EPISODES, args.num_envs)}",
+        f"device={args.device}",
+        "torch_threads=1",
+        "progress=false",
+    ]
+    scored = subprocess.run(
+        _command("rltrans.evaluate", evaluate), capture_output=True, text=True, env=env
+    )
+    if scored.returncode != 0:
+        raise RuntimeError(
+            f"{run.name}: evaluate exited {scored.returncode}:\n{scored.stderr[-2000:]}"
+        )
+    result = Result(
+        task,
+        length,
+        agent,
+        seed,
+        float(_summary(scored.stdout)["mean_return"]),
+        steps_to(run, CURVE, 0.9 * BEST_RETURN),
+        sps,
+        str(run),
+    )
+    done.write_text(json.dumps(asdict(result)))
+    return result
+
+
+def table(results: list[Result], tasks: list[str], lengths: list[int], agents: list[str]) -> str:
+    """The markdown table: a row per task, length and agent."""
+    rows = [
+        "| task | length | agent | eval return (mean, min-max over seeds) | steps to 90 % | SPS |",
+        "|---|---|---|---|---|---|",
+    ]
+    for task in tasks:
+        for length in lengths:
+            for agent in agents:
+                mine = [r for r in results if (r.task, r.length, r.agent) == (task, length, agent)]
+                if not mine:
+                    continue
+                values = [r.eval_return for r in mine]
+                reached = [r.steps_to_90 for r in mine if r.steps_to_90 is not None]
+                to90 = (
+                    f"{statistics.median(reached) / 1000:.0f}k ({len(reached)}/{len(mine)})"
+                    if reached
+                    else f"never (0/{len(mine)})"
+                )
+                sps = statistics.mean(r.sps for r in mine)
+                rows.append(
+                    f"| {task} | {length} | {agent} | {statistics.mean(values):.2f} "
+                    f"({min(values):.2f} to {max(values):.2f}) | {to90} | {sps:,.0f} |"
+                )
+    return "\n".join(rows)
+
+
+def draw(
+    results: list[Result], tasks: list[str], lengths: list[int], agents: list[str], out: Path
+) -> None:
+    """curves.png (evaluated return during training, mean and band over seeds), by_length.png."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from rltrans.plot import mean_band, read_curve
+
+    colours = {a: f"C{i}" for i, a in enumerate(agents)}
+    fig = Figure(figsize=(3.2 * len(lengths), 2.4 * len(tasks)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(tasks), len(lengths), squeeze=False, sharey=True)
+    for i, task in enumerate(tasks):
+        for j, length in enumerate(lengths):
+            ax = axes[i][j]
+            for agent in agents:
+                runs = [
+                    Path(r.run_dir)
+                    for r in results
+                    if (r.task, r.length, r.agent) == (task, length, agent)
+                ]
+                if not runs:
+                    continue
+                group = mean_band(agent, [read_curve(r, CURVE, "step") for r in runs])
+                low, high = (np.clip(v, -BEST_RETURN, BEST_RETURN) for v in (group.low, group.high))
+                ax.plot(group.x, group.mean, color=colours[agent], label=agent, linewidth=1)
+                ax.fill_between(group.x, low, high, color=colours[agent], alpha=0.2, linewidth=0)
+            ax.set_title(f"{task}, length {length}", fontsize="small")
+            ax.grid(alpha=0.3)
+            if i == len(tasks) - 1:
+                ax.set_xlabel("env steps", fontsize="small")
+            if j == 0:
+                ax.set_ylabel("eval return during training", fontsize="small")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(agents), fontsize="small")
+    fig.suptitle("mean over seeds, 95 % band (clipped to the return range)", fontsize="small")
+    fig.savefig(out / "curves.png", dpi=110)
+
+    fig = Figure(figsize=(3.4 * len(tasks), 2.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(tasks), squeeze=False, sharey=True)[0]
+    for ax, task in zip(axes, tasks, strict=True):
+        for agent in agents:
+            xs, means, lows, highs = [], [], [], []
+            for length in lengths:
+                values = [
+                    r.eval_return
+                    for r in results
+                    if (r.task, r.length, r.agent) == (task, length, agent)
+                ]
+                if values:
+                    xs.append(length)
+                    means.append(statistics.mean(values))
+                    lows.append(min(values))
+                    highs.append(max(values))
+            if xs:
+                ax.plot(xs, means, marker="o", color=colours[agent], label=agent, linewidth=1)
+                ax.fill_between(xs, lows, highs, color=colours[agent], alpha=0.15, linewidth=0)
+        ax.axvline(64, color="grey", linestyle=":", linewidth=1)  # the default window
+        ax.set_xscale("log", base=2)
+        ax.set_title(task, fontsize="small")
+        ax.set_xlabel("memory length (steps)", fontsize="small")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"eval return ({EVAL_EPISODES} episodes)", fontsize="small")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(agents), fontsize="small")
+    fig.suptitle(
+        "mean and range over seeds; dotted: the default window (64 steps)", fontsize="small"
+    )
+    fig.savefig(out / "by_length.png", dpi=110)
+
+
+def main() -> None:
+    """Run the grid (in parallel, resumably), print the table, write the pictures."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="the < 30 min preset for 2 cores")
+    p.add_argument("--tasks", nargs="+", choices=list(TASKS))
+    p.add_argument("--lengths", nargs="+", type=int)
+    p.add_argument("--agents", nargs="+", choices=list(AGENTS))
+    p.add_argument("--seeds", type=int, help="seeds 1..N")
+    p.add_argument("--steps", type=int, help="env steps per run")
+    p.add_argument("--num-envs", type=int, help="envs per run")
+    p.add_argument("--eval-every", type=int, default=4, help="updates between evaluations")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs at once")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default="runs/memory_suite", help="runs, table and pictures")
+    args = p.parse_args()
+    preset = PRESETS["quick" if args.quick else "full"]
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    grid = [
+        (task, length, agent, seed)
+        for seed in range(1, args.seeds + 1)
+        for task in args.tasks
+        for length in args.lengths
+        for agent in args.agents
+    ]
+    print(
+        f"# {len(grid)} runs of {args.steps:,} env steps in {out}, {args.jobs} at a time",
+        flush=True,
+    )
+    start, results = time.monotonic(), []
+    with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own process
+        futures = {pool.submit(one_run, *cell, args): cell for cell in grid}
+        for n, future in enumerate(as_completed(futures), 1):
+            result = future.result()
+            results.append(result)
+            minutes = (time.monotonic() - start) / 60
+            print(
+                f"[{n}/{len(grid)} {minutes:.1f} min] {run_name(*futures[future])}: "
+                f"eval {result.eval_return:.2f}, {result.sps:,.0f} SPS",
+                flush=True,
+            )
+    text = table(results, args.tasks, args.lengths, args.agents)
+    print(text)
+    (out / "table.md").write_text(text + "\n")
+    (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    draw(results, args.tasks, args.lengths, args.agents, out)
+    minutes = (time.monotonic() - start) / 60
+    print(f"# {minutes:.1f} min; pictures: {out / 'curves.png'}, {out / 'by_length.png'}")
+    if any(math.isnan(r.eval_return) for r in results):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""benchmarks/memory_suite.py on a tiny grid: the table, the results, both pictures, and a
+second call that reuses what is on disk instead of training again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "memory_suite.py"
+
+
+def run_suite(out: Path) -> subprocess.CompletedProcess:
+    args = ["--tasks", "passive_tmaze", "repeat_previous", "--lengths", "2", "4"]
+    args += ["--agents", "mlp", "--seeds", "2", "--steps", "1024", "--num-envs", "4"]
+    args += ["--eval-every", "1", "--jobs", "2", "--out", str(out)]
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_the_suite_writes_its_table_and_pictures_and_reuses_finished_runs(tmp_path):
+    out = tmp_path / "suite"
+    first = run_suite(out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert len(results) == 2 * 2 * 2  # tasks x lengths x seeds
+    assert {(r["task"], r["length"]) for r in results} == {
+        (t, n) for t in ("passive_tmaze", "repeat_previous") for n in (2, 4)
+    }
+    assert all(-1.0 <= r["eval_return"] <= 1.0 and r["sps"] > 0 for r in results)
+    table = (out / "table.md").read_text().splitlines()
+    assert table[0].startswith("| task | length | agent |") and len(table) == 2 + 4
+    for picture in ("curves.png", "by_length.png"):
+        assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/checkpoints/last.pt")}
+    again = run_suite(out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/checkpoints/last.pt")} == stamps
+    reread = json.loads((out / "results.json").read_text())
+    assert sorted(reread, key=lambda r: r["run_dir"]) == sorted(results, key=lambda r: r["run_dir"])
