@@ -45,7 +45,7 @@ MAX_VALUES = 20_000  # values in one config (a shipped one holds about 150)
 TRUSTED_ROOTS = ("gymnasium", "ale_py", "minigrid", "rltrans")
 # Wrappers of trusted modules that write files or open windows: refused from files as well.
 SIDE_EFFECT_WRAPPERS = ("RecordVideo", "HumanRendering")
-# Legacy agent import paths rltrans itself wrote (rltrans.registry reads them as names).
+# The config groups: a saved config has one section each, checked against its kind's options.
 _GROUPS = ("env", "algo", "runtime", "agent")
 
 
