@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -336,8 +335,6 @@ def main() -> None:
     draw(results, args.tasks, args.lengths, args.agents, out)
     minutes = (time.monotonic() - start) / 60
     print(f"# {minutes:.1f} min; pictures: {out / 'curves.png'}, {out / 'by_length.png'}")
-    if any(math.isnan(r.eval_return) for r in results):
-        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -236,9 +236,12 @@ def verify_checkpoint_file(path: str | os.PathLike[str]) -> None:
 
 
 def load_checkpoint(
-    path: str | os.PathLike[str], map_location: str | torch.device | None = "cpu"
+    path: str | os.PathLike[str],
+    map_location: str | torch.device | None = "cpu",
+    mmap: bool = False,
 ) -> dict[str, Any]:
     """Load a checkpoint with `torch.load(weights_only=True)`; never unpickles arbitrary objects.
+    ``mmap``: map the tensors from the file instead of reading them (for a look at its config).
 
     Raises FileNotFoundError (listing the checkpoints next to `path`), CheckpointError
     for corrupt, truncated, unsafe or foreign files, and CheckpointVersionError for a
@@ -247,7 +250,7 @@ def load_checkpoint(
     path = Path(path)
     verify_checkpoint_file(path)
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         unsafe = re.search(r"GLOBAL ([\w.]+)", str(e))
         if unsafe:

@@ -130,7 +130,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     total = num_envs if conditioned else cfg.episodes
     progress = cfg.get("progress", True)
     bar = ProgressBar(total, "evaluate", "episode", quiet_if_quick=True) if progress else None
-    hooks = [hook for hook in (video, bar and (lambda _, done: bar.update(len(done)))) if hook]
+    hooks: list[Any] = [video] if video is not None else []
+    if bar is not None:
+        hooks.append(lambda _, done: bar.update(len(done)))
 
     def on_step(step: Any, done: list[Any]) -> None:
         for hook in hooks:

@@ -262,7 +262,7 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
 def _same_as_checkpoint(saved: DictConfig, checkpoint: Path) -> None:
     """Refuse a run folder whose config.yaml differs from its checkpoint's own config outside
     the resumable keys (a hand edit would otherwise continue under other settings)."""
-    payload = load_checkpoint(checkpoint)
+    payload = load_checkpoint(checkpoint, mmap=True)  # the config only: tensors stay on disk
     own = to_container(checked_file_config(payload.get("config"), f"checkpoint {checkpoint}"))
     mine = _flat(to_container(saved))
     theirs = _flat(own)

@@ -60,6 +60,12 @@ def _zero_where_not(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return torch.where(m, value, torch.zeros((), dtype=value.dtype, device=value.device))
 
 
+def check_int(name: str, value: object, low: int) -> None:
+    """Raise ValueError unless ``value`` is an int (not a bool) >= ``low``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
 def shoe_copies(num_symbols: int, cards: int) -> int:
     """Cards of each symbol in the fewest decks that hold `cards` cards.
 

@@ -46,6 +46,7 @@ import torch
 from rltrans.envs.torch_envs.base import (
     RenderMode,
     TorchVectorEnv,
+    check_int,
     full_shoe,
     shoe_copies,
 )
@@ -94,10 +95,8 @@ class CountRecall(TorchVectorEnv):
         render_mode: RenderMode | None = None,
     ) -> None:
         """Build N tasks; see the class docstring for the arguments."""
-        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-            raise ValueError(f"length must be an int >= 1, got {length!r}")
-        if not isinstance(num_symbols, int) or isinstance(num_symbols, bool) or num_symbols < 2:
-            raise ValueError(f"num_symbols must be an int >= 2, got {num_symbols!r}")
+        check_int("length", length, 1)
+        check_int("num_symbols", num_symbols, 2)
         # Each shoe deals length + 1 cards: the first pair and one pair after each step.
         copies = shoe_copies(num_symbols, length + 1)
         super().__init__(

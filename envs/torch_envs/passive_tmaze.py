@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrans.envs.torch_envs.base import RenderMode, TorchVectorEnv
+from rltrans.envs.torch_envs.base import RenderMode, TorchVectorEnv, check_int
 from rltrans.envs.torch_envs.draw import cells_to_pixels, mark_cells
 
 __all__ = ["PassiveTMaze"]
@@ -74,8 +74,7 @@ class PassiveTMaze(TorchVectorEnv):
         render_mode: RenderMode | None = None,
     ) -> None:
         """Build N mazes of corridor `length`; see the class docstring for the arguments."""
-        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-            raise ValueError(f"length must be an int >= 1, got {length!r}")
+        check_int("length", length, 1)
         super().__init__(
             num_envs=num_envs,
             single_observation_space=gym.spaces.Box(0.0, 1.0, (3,), dtype=np.float32),

@@ -38,6 +38,7 @@ import torch
 from rltrans.envs.torch_envs.base import (
     RenderMode,
     TorchVectorEnv,
+    check_int,
     full_shoe,
     shoe_copies,
 )
@@ -85,10 +86,8 @@ class RepeatFirst(TorchVectorEnv):
         render_mode: RenderMode | None = None,
     ) -> None:
         """Build N tasks; see the class docstring for the arguments."""
-        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-            raise ValueError(f"length must be an int >= 1, got {length!r}")
-        if not isinstance(num_symbols, int) or isinstance(num_symbols, bool) or num_symbols < 2:
-            raise ValueError(f"num_symbols must be an int >= 2, got {num_symbols!r}")
+        check_int("length", length, 1)
+        check_int("num_symbols", num_symbols, 2)
         super().__init__(
             num_envs=num_envs,
             single_observation_space=gym.spaces.Box(0.0, 1.0, (num_symbols,), dtype=np.float32),

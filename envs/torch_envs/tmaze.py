@@ -49,7 +49,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrans.envs.torch_envs.base import RenderMode, TorchVectorEnv
+from rltrans.envs.torch_envs.base import RenderMode, TorchVectorEnv, check_int
 from rltrans.envs.torch_envs.draw import cells_to_pixels, mark_cells
 
 __all__ = ["TMaze"]
@@ -96,8 +96,7 @@ class TMaze(TorchVectorEnv):
         render_mode: RenderMode | None = None,
     ) -> None:
         """Build N mazes of corridor `length`; see the class docstring for the arguments."""
-        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-            raise ValueError(f"length must be an int >= 1, got {length!r}")
+        check_int("length", length, 1)
         if not step_penalty >= 0.0:
             raise ValueError(f"step_penalty must be >= 0, got {step_penalty!r}")
         if not idle_penalty >= 0.0:

@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from rltrans.config.compose import default_config
 from rltrans.config.errors import ConfigError, format_problems
 from rltrans.config.files import config_root, group_options
-from rltrans.config.schema import check_config
+from rltrans.config.schema import check_config, keyword_mappings
 
 MAX_DEPTH = 12  # mappings and lists nested deeper than any shipped config
 MAX_VALUES = 20_000  # values in one config (a shipped one holds about 150)
@@ -169,17 +169,10 @@ def _fill_missing(data: dict, base: dict, prefix: str = "") -> None:
         key = prefix + name
         if key == "agent" and isinstance(data.get("agent"), dict):
             continue  # agent knobs a file lacks take their builder's defaults
+        keywords = key in keyword_mappings("train")  # env.kwargs, agent.encoder: no defaults
         if name not in data:
-            data[name] = {} if key in ("env.kwargs", "agent.encoder") else copy.deepcopy(default)
-        elif (
-            isinstance(default, dict)
-            and isinstance(data[name], dict)
-            and key
-            not in (
-                "env.kwargs",
-                "agent.encoder",
-            )
-        ):
+            data[name] = {} if keywords else copy.deepcopy(default)
+        elif isinstance(default, dict) and isinstance(data[name], dict) and not keywords:
             _fill_missing(data[name], default, key + ".")
 
 
