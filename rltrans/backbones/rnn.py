@@ -77,18 +77,44 @@ class RNNBackbone(nn.Module):
         self, x: Tensor, memory: RNNState | None = None, *, starts: Tensor | None = None
     ) -> BackboneOutput:
         """Run a segment, zeroing the state of a sequence at each episode start."""
-        b, length, _ = x.shape
+        b = x.shape[0]
         state = memory if memory is not None else self.empty_memory(b, x.device, x.dtype)
         # Without resets the whole segment runs in one call; a compiled graph cannot branch on
-        # data, so there the per-step loop below (the same math) always runs.
+        # data, so there the per-step loop (the same math) always runs.
         if starts is None or (not torch.compiler.is_compiling() and not bool(starts.any())):
             return BackboneOutput(*self._run(x, state), {})
-        outs = []
-        for t in range(length):  # a reset inside the segment: step so the state can be cut there
-            keep = (~starts[:, t]).to(x.dtype).view(b, 1, 1)
-            y, state = self._run(x[:, t : t + 1], RNNState(state.h * keep, state.c * keep))
-            outs.append(y)
-        return BackboneOutput(torch.cat(outs, dim=1), state, {})
+        return BackboneOutput(*self._run_with_resets(x, state, ~starts), {})
+
+    def _run_with_resets(self, x: Tensor, state: RNNState, keep: Tensor) -> tuple[Tensor, RNNState]:
+        """The cell's equations (as torch documents them for nn.LSTM / nn.GRU, on its weights)
+        stepped over x (B, L, D), zeroing each layer's state where ``keep`` (B, L) is False.
+        Stepping nn.LSTM one call per step costs ~4x this loop in backward on CPU."""
+        keep = keep.to(x.dtype).unsqueeze(-1)  # (B, L, 1)
+        hs, cs = [], []
+        for layer in range(self.layers):
+            w_ih, w_hh, b_ih, b_hh = (
+                getattr(self.rnn, f"{name}_l{layer}")
+                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+            )
+            inputs = nn.functional.linear(x, w_ih, b_ih)  # (B, L, G*D) for all steps at once
+            h, c, outs = state.h[:, layer], state.c[:, layer], []
+            for t in range(x.shape[1]):
+                h, c = h * keep[:, t], c * keep[:, t]
+                hidden = nn.functional.linear(h, w_hh, b_hh)
+                if self.cell == "lstm":
+                    i, f, g, o = (inputs[:, t] + hidden).chunk(4, dim=-1)
+                    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                    h = torch.sigmoid(o) * torch.tanh(c)
+                else:  # r, z, n as in nn.GRU: n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+                    xr, xz, xn = inputs[:, t].chunk(3, dim=-1)
+                    hr, hz, hn = hidden.chunk(3, dim=-1)
+                    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+                    h = (1 - z) * torch.tanh(xn + r * hn) + z * h
+                outs.append(h)
+            x = torch.stack(outs, dim=1)
+            hs.append(h)
+            cs.append(c if self.cell == "lstm" else torch.zeros_like(h))
+        return x, RNNState(torch.stack(hs, dim=1), torch.stack(cs, dim=1))
 
     @torch.no_grad()
     def step(self, x: Tensor, state: RNNState, done: Tensor | None = None) -> StepOutput:
