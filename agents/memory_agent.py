@@ -20,10 +20,16 @@ Agent interface: ``initial_state(num_envs)``, ``refresh_state(state)``,
 (:class:`rltrans.learners.ppo.PPOLearner`): ``loss_*`` entries are added to the
 loss, other 0-d entries are logged as ``losses/<name>``, and (B, L) entries
 with one value per token are logged as histograms ``charts/<name>``.
+
+``reconstruction_coef > 0`` (``algo.reconstruction_coef``; the trainers pass it) adds a decoder
+from the backbone output h_t back to the observation o_t (:mod:`rltrans.agents.reconstruction`;
+Memory Gym, Pleines et al. 2024): ``evaluate`` then returns ``loss_reconstruction`` (weighted)
+and ``reconstruction`` (unweighted) in ``aux``. Acting never runs the decoder; at 0 none is built.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal, get_args
@@ -35,6 +41,7 @@ from torch import Tensor, nn
 
 from rltrans.agents.encoders import build_encoder, layer_init
 from rltrans.agents.heads import build_action_head
+from rltrans.agents.reconstruction import build_decoder, reconstruction_aux
 from rltrans.backbones.base import Backbone
 from rltrans.backbones.gtrxl import PRESETS, TransformerStack, preset_config
 from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
@@ -157,7 +164,11 @@ class MemoryAgent(nn.Module):
     """Actor-critic with a shared sequence backbone.
 
     ``tau`` weighs the ponder cost of a pondering backbone (``universal``;
-    default 0.01) and is an error for the others.
+    default 0.01) and is an error for the others. ``horizon`` is the config's record of the
+    distance ``memory`` and the training segments were fitted to (``agent.horizon``, applied
+    before the agent is built by :mod:`rltrans.trainers.horizon`). ``reconstruction_coef``
+    weighs the observation-reconstruction loss; above 0 it builds :attr:`decoder` (built last,
+    so the other modules start from the same weights as without it), at 0 nothing.
 
     >>> env = gym.make("CartPole-v1")
     >>> agent = MemoryAgent(env.observation_space, env.action_space, backbone="gtrxl", dim=32,
@@ -181,10 +192,13 @@ class MemoryAgent(nn.Module):
         tau: float | None = None,
         encoder: dict[str, Any] | None = None,
         normalize_obs: bool = False,
+        reconstruction_coef: float = 0.0,
+        horizon: int | None = None,
         **backbone_options: Any,
     ) -> None:
         super().__init__()
         self.observation_space, self.action_space = observation_space, action_space
+        self.horizon = horizon
         self.obs_norm: nn.Module = NoNorm()
         if normalize_obs:
             is_vector = (
@@ -212,6 +226,18 @@ class MemoryAgent(nn.Module):
             raise ValueError(
                 f"tau (ponder-cost weight) only applies to backbone 'universal', not {backbone!r}"
             )
+        # Last, so that the modules above draw the same initial weights with it or without.
+        coef = reconstruction_coef
+        if isinstance(coef, bool) or not isinstance(coef, int | float) or not 0 <= coef < math.inf:
+            raise ValueError(
+                f"reconstruction_coef={reconstruction_coef!r}: expected a number >= 0 "
+                f"(0 = no reconstruction loss)"
+            )
+        self.reconstruction_coef = float(reconstruction_coef)
+        self.decoder: nn.Module | None = None
+        if self.reconstruction_coef > 0:
+            options = {k: v for k, v in (encoder or {}).items() if k != "dict_mode"}
+            self.decoder = build_decoder(observation_space, dim, **options)
 
     @property
     def compilable_step(self) -> bool:
@@ -295,7 +321,11 @@ class MemoryAgent(nn.Module):
 
     def evaluate(self, segment: Segment) -> tuple[Tensor, Tensor, Tensor, Aux]:
         """Recompute log-probs, entropies and values (B, L) of stored segments, plus aux."""
-        out = self.backbone(self.encode(segment.obs), segment.memory, starts=segment.starts)
+        obs = self.obs_norm(segment.obs)  # as encode(); also the reconstruction target
+        out = self.backbone(self.encoder(obs), segment.memory, starts=segment.starts)
         dist = self.policy(out.hidden)
         aux = self.training_aux(out.aux)
+        if self.decoder is not None:  # h_t -> o_t; its gradient shapes backbone and encoder
+            recon = reconstruction_aux(self.decoder, out.hidden, obs, coef=self.reconstruction_coef)
+            aux = {**aux, **recon}
         return dist.log_prob(segment.actions), dist.entropy(), self.value(out.hidden)[..., 0], aux

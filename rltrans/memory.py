@@ -37,11 +37,14 @@ class Memory(NamedTuple):
     valid:  (B, M) bool, True where the slot holds a step of the sequence's current episode.
     time:   (B,) long, steps since episode start of the sequence's first token (for absolute
             position schemes; ignored by relative ones).
+    long:   the long memory's state before the sequence, batch-first (``linear``: S (B, Y, H,
+            d, d) and z (B, Y, H, d); :mod:`rltrans.core.long_memory`), () without one.
     """
 
     hidden: Tensor
     valid: Tensor
     time: Tensor
+    long: tuple[Tensor, ...] = ()
 
     @staticmethod
     def empty(layers: int, batch: int, size: int, dim: int, device=None, dtype=None) -> Memory:
@@ -54,7 +57,8 @@ class Memory(NamedTuple):
 
     def index(self, idx: Tensor | slice) -> Memory:
         """Select sequences by index along B."""
-        return Memory(self.hidden[idx], self.valid[idx], self.time[idx])
+        long = tuple(t[idx] for t in self.long)
+        return Memory(self.hidden[idx], self.valid[idx], self.time[idx], long)
 
 
 class MemoryState(NamedTuple):
@@ -65,6 +69,8 @@ class MemoryState(NamedTuple):
     contexts: one ``step_context`` per attention block (its scheme's constants for a window
     of M steps, e.g. xl's W_kR R (H, M+1, D/H)), derived from the weights when the state is
     created or refreshed (:meth:`WindowedMemory.refresh_state`), not per env.
+    long: the long memory's state, layer-first (``linear``: S (Y, N, H, d, d), z (Y, N, H, d)),
+    () without one; a step replaces its values in place.
     """
 
     hidden: Tensor
@@ -74,6 +80,7 @@ class MemoryState(NamedTuple):
     time: Tensor
     cursor: int
     contexts: tuple[Any, ...] = ()
+    long: tuple[Tensor, ...] = ()
 
     @staticmethod
     def empty(
@@ -104,13 +111,19 @@ class MemoryState(NamedTuple):
         """Forget everything of the envs where ``done`` (N,) is True (a new episode starts)."""
         self.valid.masked_fill_(done.unsqueeze(1), False)
         self.time.masked_fill_(done, 0)
+        for t in self.long:  # (Y, N, ...): the long memory restarts from zero too
+            t.masked_fill_(done.view(1, -1, *([1] * (t.dim() - 2))), 0.0)
         return self
 
     def to_memory(self) -> Memory:
         """Copy the current window out as a training :class:`Memory` (one copy per segment)."""
         w = self.window()
-        hidden = self.hidden[:, :, w].transpose(0, 1).contiguous()  # (N, Y, M, D), a copy
-        return Memory(hidden, self.valid[:, w].clone(), self.time.clone())
+        # Copies even where the view is already contiguous (one env, one layer): the state's
+        # tensors are written in place by later steps.
+        copy = lambda t: t.transpose(0, 1).clone(memory_format=torch.contiguous_format)  # noqa: E731
+        hidden = copy(self.hidden[:, :, w])  # (N, Y, M, D)
+        long = tuple(copy(t) for t in self.long)  # batch-first
+        return Memory(hidden, self.valid[:, w].clone(), self.time.clone(), long)
 
     def step_mask(self, dtype: torch.dtype) -> Tensor:
         """(N, 1, M+1) additive attention mask (0 or -inf) of the current step over

@@ -32,7 +32,13 @@ from rltrans.accel.threads import AUTO, ThreadTuner, tuned
 from rltrans.checkpoint import CheckpointError, load_checkpoint
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
 from rltrans.config.schema import MAX_LENGTH
-from rltrans.registry import AgentEntry, RegistryError, agent_entry, build_agent
+from rltrans.registry import (
+    AgentEntry,
+    RegistryError,
+    agent_entry,
+    algo_agent_options,
+    build_agent,
+)
 from rltrans.run import payload_spaces, set_threads
 from rltrans.spaces import obs_to_tensor
 from rltrans.types import Tree, tree_leaves
@@ -92,6 +98,9 @@ def agent_from_checkpoint(
         # Build arguments that are not config knobs, e.g. DT's dataset statistics (whose
         # max_timestep sizes the timestep embedding): saved by the trainer as "agent_kwargs".
         extra = payload.get("agent_kwargs") or {}
+        # ... and the agent's parts that the algo section adds (algo.reconstruction_coef: the
+        # decoder, whose weights the checkpoint holds; absent in older checkpoints = 0).
+        extra = {**extra, **algo_agent_options(agent_cfg, payload["config"].get("algo"))}
         agent = build_agent(agent_cfg, *payload_spaces(payload), **extra)
     except KeyError as err:
         raise CheckpointError(

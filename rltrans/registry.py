@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,11 @@ _LEGACY_TARGETS: dict[str, str] = {
         ("agents.dt.BehaviorCloning", "bc"),
     )
 }
+
+
+# Build arguments an agent takes from the run's ``algo`` section, not from its own config: they
+# weigh training losses, so they live with the algorithm (and default to 0 = off).
+ALGO_AGENT_OPTIONS: tuple[str, ...] = ("reconstruction_coef",)
 
 
 class RegistryError(ValueError):
@@ -140,3 +146,42 @@ def build_agent(
         agent_cfg = OmegaConf.to_container(agent_cfg, resolve=True)  # type: ignore[assignment]
     entry = agent_entry(agent_cfg)
     return entry.build(observation_space, action_space, **agent_knobs(agent_cfg), **extra)
+
+
+def algo_agent_options(
+    agent_cfg: Mapping[str, Any], algo_cfg: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The build arguments of :data:`ALGO_AGENT_OPTIONS` that a run's ``algo`` section sets,
+    for ``build_agent(agent_cfg, ..., **these)``: ``algo.reconstruction_coef`` where it is
+    above 0 (at 0 nothing is passed, so every agent builds as without the option). Raises
+    RegistryError where the agent takes no such argument, or its own config sets one."""
+    if OmegaConf.is_config(agent_cfg):
+        agent_cfg = OmegaConf.to_container(agent_cfg, resolve=True)  # type: ignore[assignment]
+    if OmegaConf.is_config(algo_cfg):
+        algo_cfg = OmegaConf.to_container(algo_cfg, resolve=True)  # type: ignore[assignment]
+    entry = agent_entry(agent_cfg)
+    takes = inspect.signature(entry.build).parameters
+    options: dict[str, Any] = {}
+    for name in ALGO_AGENT_OPTIONS:
+        if name in takes and name in agent_cfg:  # one place only: the algo section
+            raise RegistryError(
+                f"agent.{name}={agent_cfg[name]!r}: {name} is set as algo.{name} (the trainer "
+                f"passes it to the agent); remove it from the agent config"
+            )
+        value = (algo_cfg or {}).get(name) or 0.0
+        if not value:
+            continue
+        if name not in takes:
+            kinds = [n for n in registered_agents() if name in _parameters(n)]
+            kind = agent_cfg.get("kind") or agent_cfg.get("_target_")
+            raise RegistryError(
+                f"algo.{name}={value!r}: agent {kind!r} takes no {name}; valid agent kinds: "
+                f"{', '.join(kinds)} (or set algo.{name}=0)"
+            )
+        options[name] = value
+    return options
+
+
+def _parameters(name: str) -> Mapping[str, inspect.Parameter]:
+    """The build arguments of a registered agent."""
+    return inspect.signature(_AGENTS[name].build).parameters

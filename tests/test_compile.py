@@ -36,8 +36,15 @@ def tiny_agent(backbone: str = "gtrxl") -> MemoryAgent:
 
 @pytest.fixture(scope="module")
 def compiled_pair() -> tuple[MemoryAgent, CompiledActing]:
-    """A tiny GTrXL agent and its twin acting through the compiled step (compiled once here)."""
-    eager = tiny_agent().eval()
+    """A tiny GTrXL agent with the linear long memory (its read-out made non-zero) and its twin
+    acting through the compiled step (compiled once here). The command-line test below
+    compiles the window-only default."""
+    torch.manual_seed(0)
+    eager = MemoryAgent(
+        OBS, ACT, backbone="gtrxl", dim=16, layers=2, heads=2, memory=4, long_memory="linear"
+    ).eval()
+    for block in eager.backbone.blocks:
+        nn.init.normal_(block.long.out.weight, std=0.5)
     return eager, CompiledActing(copy.deepcopy(eager))
 
 
@@ -56,6 +63,9 @@ def test_compiled_act_equals_eager_act_across_episode_ends(compiled_pair):
     for a, b in zip(s_fast, s_eager, strict=True):
         if isinstance(a, torch.Tensor):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert len(s_fast.long) == 2 and s_fast.long[0].abs().sum() > 0
+    for a, b in zip(s_fast.long, s_eager.long, strict=True):  # the linear memory's S and z
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     before = [t.clone() for t in s_fast if isinstance(t, torch.Tensor)]
     peeked = fast.peek_value(obs[0], s_fast)  # the same program, and no write to the state
     torch.testing.assert_close(peeked, eager.peek_value(obs[0], s_eager), rtol=1e-5, atol=1e-5)

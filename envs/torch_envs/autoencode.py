@@ -105,6 +105,7 @@ class Autoencode(TorchVectorEnv):
             render_mode=render_mode,
         )
         self.length = length
+        self.episode_limit = 2 * length - 1
         self.num_symbols = num_symbols
         self.reward_scale = 1.0 / length
         self.copies = shoe_copies(num_symbols, length)

@@ -147,6 +147,8 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = max_episode_steps
+        # The steps every episode of a task that ends itself lasts at most (set by the task).
+        self.episode_limit: int | None = None
         self.validate_actions = validate_actions
         self.render_mode = render_mode
         self.single_observation_space = single_observation_space
@@ -276,6 +278,20 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
         self._episode_length = _zero_where_not(~done, self._episode_length)
         obs = torch.where(done.view(-1, *([1] * (final_obs.dim() - 1))), self._observe(), final_obs)
         return obs, reward, terminated, truncated, info
+
+    @property
+    def time_limit(self) -> int | None:
+        """The most steps an episode can last: the truncation limit, else the task's own end
+        (None: unbounded)."""
+        if self.max_episode_steps is not None and self.episode_limit is not None:
+            return min(self.max_episode_steps, self.episode_limit)
+        return self.max_episode_steps if self.max_episode_steps is not None else self.episode_limit
+
+    @property
+    def memory_distance(self) -> int | None:
+        """How far back the task may ask the agent to remember (``agent.horizon=auto``): the
+        whole episode for a memory task, i.e. its time limit."""
+        return self.time_limit
 
     def render(self) -> tuple[np.ndarray, ...] | None:
         """One RGB frame (H, W, 3) uint8 per env, drawn from the state (None without a

@@ -109,6 +109,7 @@ class CountRecall(TorchVectorEnv):
             render_mode=render_mode,
         )
         self.length = length
+        self.episode_limit = length
         self.num_symbols = num_symbols
         self.copies = copies
         self.reward_scale = 1.0 / length

@@ -85,6 +85,7 @@ class PassiveTMaze(TorchVectorEnv):
             render_mode=render_mode,
         )
         self.length = length
+        self.episode_limit = length + 1
         # State, one entry per env: cue 0 = up arm pays, 1 = down arm pays; the position is
         # also the step count, as the corridor carries the agent one cell per step.
         self.cue = torch.zeros(num_envs, dtype=torch.int64, device=self.device)

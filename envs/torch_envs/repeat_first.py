@@ -98,6 +98,7 @@ class RepeatFirst(TorchVectorEnv):
             render_mode=render_mode,
         )
         self.length = length
+        self.episode_limit = length
         self.num_symbols = num_symbols
         self.reward_scale = 1.0 / length
         # The episode deals length + 1 cards: the first and one after each step.

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from rltrans.backbones.base import BackboneOutput, StepOutput
 from rltrans.core.block import BlockConfig, build_block
+from rltrans.core.long_memory import LinearState
 from rltrans.core.position import build_input_position
 from rltrans.memory import (
     Memory,
@@ -71,6 +72,11 @@ class TransformerStack(WindowedMemory, nn.Module):
         super().__init__()
         if memory < 0:
             raise ValueError(f"memory must be >= 0, got {memory}")
+        if config.long_memory != "none" and memory < 1:
+            raise ValueError(
+                f"long_memory={config.long_memory!r} is carried from segment to segment in the "
+                f"stack's memory: it needs memory >= 1, got {memory}"
+            )
         self.config, self.layers, self.memory = config, layers, memory
         self.dim, self.heads, self.causal = config.dim, config.heads, config.causal
         self.input_position = build_input_position(
@@ -91,6 +97,30 @@ class TransformerStack(WindowedMemory, nn.Module):
     def memory_blocks(self) -> list:
         """One block per layer reads that layer's cached inputs."""
         return list(self.blocks)
+
+    @property
+    def long_memory(self) -> bool:
+        """Whether the blocks read a long memory beyond the window."""
+        return self.config.long_memory != "none"
+
+    def _long_state(self, batch: int, device, dtype, layer_first: bool) -> tuple[Tensor, ...]:
+        """Zero long-memory state of every layer: () without a long memory."""
+        if not self.long_memory:
+            return ()
+        states = [b.long.empty_state(batch, device, dtype) for b in self.blocks]
+        dim = 0 if layer_first else 1
+        return tuple(torch.stack(parts, dim=dim) for parts in zip(*states, strict=True))
+
+    def empty_memory(self, batch: int, device=None, dtype=None) -> Memory:
+        """All-invalid training memory for ``batch`` sequences (and a zero long memory)."""
+        memory = super().empty_memory(batch, device, dtype)
+        return memory._replace(long=self._long_state(batch, device, dtype, layer_first=False))
+
+    def initial_state(self, envs: int, device=None, dtype=None) -> MemoryState:
+        """All-invalid acting state for ``envs`` environments (and a zero long memory)."""
+        state = super().initial_state(envs, device, dtype)
+        long = self._long_state(envs, state.keys.device, state.keys.dtype, layer_first=True)
+        return state._replace(long=long)
 
     def add_input_position(self, x: Tensor, positions: Tensor) -> Tensor:
         """Add the absolute position embedding, if the scheme has one."""
@@ -126,18 +156,21 @@ class TransformerStack(WindowedMemory, nn.Module):
             raise ValueError(f"memory holds {got} steps, the stack expects {self.memory}")
         positions, mask = self.segment_context(x, memory, starts, key_padding, positions)
         h = self.add_input_position(x, positions)
-        new_hidden = []
+        new_hidden, new_long = [], []
         cut = outputs is not None and self.position_free_queries
+        long_before = self._long_before(memory, x)
         for i, block in enumerate(self.blocks):
             mem_kv = None
             if memory is not None:
                 mem_h = memory.hidden[:, i].detach()  # stop-gradient into memory (Dai et al. 2019)
                 new_hidden.append(last_steps(torch.cat([mem_h, h.detach()], dim=1), m))  # (B, M, D)
                 mem_kv = block.memory_kv(mem_h)
+            long = None if long_before is None else (long_before[i], starts)
             if cut and i == len(self.blocks) - 1:
-                h, _ = block(h, mem_kv, mask[:, :, outputs], queries=outputs)
+                h, _, long = block(h, mem_kv, mask[:, :, outputs], queries=outputs, long=long)
             else:
-                h, _ = block(h, mem_kv, mask)
+                h, _, long = block(h, mem_kv, mask, long=long)
+            new_long.append(long)
         if outputs is not None and not cut:
             h = h[:, outputs]
         out = self.final_norm(h)
@@ -145,7 +178,21 @@ class TransformerStack(WindowedMemory, nn.Module):
             return BackboneOutput(out, None, {})
         hidden = torch.stack(new_hidden, dim=1)  # (B, Y, M, D)
         validity = next_window_validity(memory.valid, starts, positions, self.memory)
-        return BackboneOutput(out, Memory(hidden, *validity), {})
+        long_after = ()
+        if self.long_memory:
+            long_after = tuple(torch.stack(parts, dim=1) for parts in zip(*new_long, strict=True))
+        return BackboneOutput(out, Memory(hidden, *validity, long_after), {})
+
+    def _long_before(self, memory: Memory | None, x: Tensor) -> list[LinearState] | None:
+        """Each layer's long-memory state before a segment (stop-gradient: a segment learns
+        from the state it was acted with, as an RNN from its stored state); zero where no
+        memory is given; None without a long memory."""
+        if not self.long_memory:
+            return None
+        long = memory.long if memory is not None else ()
+        if not long:
+            long = self._long_state(x.shape[0], x.device, x.dtype, layer_first=False)
+        return [LinearState(*(t[:, i].detach() for t in long)) for i in range(self.layers)]
 
     @torch.no_grad()
     def step(self, x: Tensor, state: MemoryState, done: Tensor | None = None) -> StepOutput:
@@ -175,13 +222,16 @@ class TransformerStack(WindowedMemory, nn.Module):
             state = state.reset_where(done.bool())
         mask = state.step_mask(dtype)  # (N, 1, M+1): the valid window and the query itself
         window_k, window_v = state.windows()  # (Y, N, H, M, D/H) views
-        return state, (state.time, window_k, window_v, mask, state.contexts)
+        return state, (state.time, window_k, window_v, mask, state.contexts, state.long)
 
     def step_end(
-        self, state: MemoryState, hidden: Tensor, keys: Tensor, values: Tensor
+        self, state: MemoryState, hidden: Tensor, keys: Tensor, values: Tensor, *long: Tensor
     ) -> MemoryState:
-        """The state work after a step: cache its layer inputs and keys/values, move on."""
+        """The state work after a step: cache its layer inputs and keys/values (and the new
+        long-memory state), move on."""
         state.store(slice(None), hidden, keys, values)
+        for old, new in zip(state.long, long, strict=True):
+            old.copy_(new)
         return state.advance()
 
     def step_outputs(
@@ -192,18 +242,25 @@ class TransformerStack(WindowedMemory, nn.Module):
         window_v: Tensor,
         mask: Tensor,
         contexts: tuple[Any, ...],
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        long: tuple[Tensor, ...] = (),
+    ) -> tuple[Tensor, ...]:
         """The math of one acting step as a pure function (no writes, so it can be compiled):
-        x (N, D) at episode times ``time`` (N,) over the cached windows (Y, N, H, M, D/H).
+        x (N, D) at episode times ``time`` (N,) over the cached windows (Y, N, H, M, D/H) and
+        the long-memory state (layer-first; () without one).
 
-        Returns the output (N, D) and, for the cache, every layer's input (Y, N, D) and
-        this step's keys and values (Y, N, H, D/H).
+        Returns the output (N, D) and, for the cache, every layer's input (Y, N, D), this
+        step's keys and values (Y, N, H, D/H) and the new long-memory state (none without one).
         """
         h = self.add_input_position(x, time)  # (N, D)
-        hidden, keys, values = [], [], []
+        hidden, keys, values, new_long = [], [], [], []
         for i, block in enumerate(self.blocks):
             hidden.append(h)
-            h, k, v = block.step(h, window_k[i], window_v[i], mask, contexts[i])
+            state = LinearState(*(t[i] for t in long)) if long else None
+            h, k, v, state = block.step(h, window_k[i], window_v[i], mask, contexts[i], state)
             keys.append(k)
             values.append(v)
-        return self.final_norm(h), torch.stack(hidden), torch.stack(keys), torch.stack(values)
+            new_long.append(state)
+        cache = (torch.stack(hidden), torch.stack(keys), torch.stack(values))
+        if long:
+            cache += tuple(torch.stack(parts) for parts in zip(*new_long, strict=True))
+        return self.final_norm(h), *cache

@@ -111,6 +111,11 @@ class UniversalTransformer(WindowedMemory, nn.Module):
             raise ValueError(f"memory must be >= 0, got {memory}")
         if coordinate_scale < 0:
             raise ValueError(f"coordinate_scale must be >= 0, got {coordinate_scale}")
+        if config.long_memory != "none":  # its depth steps share one block: one state per step
+            raise ValueError(
+                f"long_memory={config.long_memory!r} is for the gtrxl, trxl and trxl_i stacks; "
+                "the Universal Transformer takes long_memory=none"
+            )
         dim = config.dim
         self.config, self.memory, self.coordinate_scale = config, memory, coordinate_scale
         self.dim, self.heads, self.causal = dim, config.heads, config.causal
@@ -215,7 +220,7 @@ class UniversalTransformer(WindowedMemory, nn.Module):
 
         def depth_step(h: Tensor, step: int) -> Tensor:
             u = self.coordinates(h, step, position)[:, 0]  # (N, D)
-            out, k, v = self.block.step(u, window_k[step], window_v[step], mask, context)
+            out, k, v, _ = self.block.step(u, window_k[step], window_v[step], mask, context)
             state.store(step, u, k, v)
             return out.unsqueeze(1)  # (N, 1, D)
 

@@ -72,6 +72,7 @@ def _train_specs() -> dict[str, Spec]:
     from rltrans.core.attention import KERNELS
     from rltrans.core.block import ACTIVATIONS, FF_ACTIVATIONS, NORMS
     from rltrans.core.gates import GATES
+    from rltrans.core.long_memory import LONG_MEMORIES
     from rltrans.core.position import POSITIONS
     from rltrans.envs.dqn_replay import Order, Padding, Partial
     from rltrans.envs.gym_vec import make_vector_env
@@ -121,6 +122,9 @@ def _train_specs() -> dict[str, Spec]:
         "agent.max_len": integer(1, MAX_LENGTH),
         "agent.dropout": number(0.0, 1.0, open_high=True),
         "agent.kernel": choice(KERNELS),
+        "agent.long_memory": choice(LONG_MEMORIES),
+        # null = as configured; auto = the torch-native task's time limit
+        "agent.horizon": replace(integer(1, MAX_LENGTH, null=True), default_words=("auto",)),
         "agent.init": choice(INITS),
         "agent.halting": choice(HALTINGS),
         "agent.max_steps": integer(1, MAX_LAYERS),
@@ -142,6 +146,7 @@ def _train_specs() -> dict[str, Spec]:
         "algo.clip_coef": number(0.0, open_low=True, null=True),
         "algo.vf_clip_coef": number(0.0, open_low=True, null=True),
         "algo.ent_coef": number(0.0),
+        "algo.reconstruction_coef": number(0.0),  # ppo / impala (offline.yaml has no such key)
         "algo.min_advantage_std": number(0.0),
         "algo.vf_coef": number(0.0),
         "algo.target_kl": number(0.0, open_low=True, null=True),

@@ -29,9 +29,11 @@ from torch import Tensor, nn
 from rltrans.core.attention import Kernel, MultiHeadAttention, check_choice
 from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName, build_gate
+from rltrans.core.long_memory import LinearState, LongMemoryName, build_long_memory
 from rltrans.core.position import PositionName, build_attention_position
 
 NormPlacement = Literal["pre", "post"]
+LongInput = tuple[LinearState, "Tensor | None"]  # a long memory's state and the episode starts
 NORMS: tuple[str, ...] = get_args(NormPlacement)
 SublayerActivation = Literal["relu", "none"]
 ACTIVATIONS: tuple[str, ...] = get_args(SublayerActivation)
@@ -46,6 +48,7 @@ CHOICE_LABELS: dict[str, str] = {
     "sublayer_activation": "sublayer activation",
     "ff_activation": "feed-forward activation",
     "kernel": "attention kernel",
+    "long_memory": "long memory",
 }
 
 
@@ -60,7 +63,8 @@ class BlockConfig:
     ff_mult, ff_activation: MLP width ff_mult * D and its activation. dropout: on each
     sub-layer output; attn_dropout: on the attention weights. kernel: ``sdpa`` or ``math``.
     shaw_max_distance: the clip distance of ``shaw``. max_len: the positions a ``learned``
-    table holds. causal: whether a stack's queries see only earlier keys.
+    table holds. causal: whether a stack's queries see only earlier keys. long_memory: what
+    the attention sub-layer reads beyond its window (:mod:`rltrans.core.long_memory`).
 
     >>> BlockConfig(dim=64, heads=4, gate="residual").norm
     'pre'
@@ -85,6 +89,7 @@ class BlockConfig:
     shaw_max_distance: int = 16
     max_len: int = 1024
     causal: bool = True
+    long_memory: LongMemoryName = "none"
 
     def __post_init__(self) -> None:
         for name, valid in block_choices().items():
@@ -167,6 +172,41 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(c.dim)
         self.drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.act = nn.ReLU() if c.sublayer_activation == "relu" else nn.Identity()
+        self.long = build_long_memory(c.long_memory, c.dim, c.heads)
+
+    def attend(
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None,
+        queries: slice | None,
+        long: LongInput | None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LinearState | None]:
+        """The attention sub-layer on its input x (B, L, D): attention over the window plus,
+        with a long memory, its read-out; returns the output, this segment's (k, v) and the
+        long-memory state after the segment (None without one)."""
+        a, kv = self.attn(x, memory_kv, mask, queries=queries)
+        if self.long is None:
+            return a, kv, None
+        state, starts = long
+        read, state = self.long(x, state, starts)
+        return a + (read if queries is None else read[:, queries]), kv, state
+
+    def attend_step(
+        self,
+        x: Tensor,
+        window_k: Tensor,
+        window_v: Tensor,
+        mask: Tensor,
+        context: Any,
+        long: LinearState | None,
+    ) -> tuple[Tensor, Tensor, Tensor, LinearState | None]:
+        """The attention sub-layer for one step of N envs (``attend`` with L = 1)."""
+        a, k, v = self.attn.step(x, window_k, window_v, mask, context)
+        if self.long is None:
+            return a, k, v, None
+        read, long = self.long.step(x, long)
+        return a + read, k, v, long
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys/values (B, H, M, D/H) of stored layer inputs ``memory`` (B, M, D)."""
@@ -179,18 +219,28 @@ class TransformerBlock(nn.Module):
         mask: Tensor | None = None,
         *,
         queries: slice | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """x (B, L, D) -> (B, L, D) and the current (k, v); memory as in MultiHeadAttention.
+        long: LongInput | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LinearState | None]:
+        """x (B, L, D) -> (B, L, D), the current (k, v) and the long-memory state after the
+        segment; memory as in MultiHeadAttention. ``long``: the long memory's state before the
+        segment and the episode starts (B, L), for a block that has one.
 
         ``queries`` keeps only those positions of the output (B, L', D): all tokens are keys,
         the rest of the block runs on the kept ones (see MultiHeadAttention)."""
         raise NotImplementedError  # pragma: no cover
 
     def step(
-        self, x: Tensor, window_k: Tensor, window_v: Tensor, mask: Tensor, context: Any = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
+        self,
+        x: Tensor,
+        window_k: Tensor,
+        window_v: Tensor,
+        mask: Tensor,
+        context: Any = None,
+        long: LinearState | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, LinearState | None]:
         """One acting step x (N, D) -> (N, D) over the cached window, plus this step's key and
-        value (see :meth:`MultiHeadAttention.step`); the same math as ``forward`` with L = 1."""
+        value (see :meth:`MultiHeadAttention.step`) and the long-memory state after it; the
+        same math as ``forward`` with L = 1."""
         raise NotImplementedError  # pragma: no cover
 
 
@@ -208,22 +258,29 @@ class PreNormBlock(TransformerBlock):
         mask: Tensor | None = None,
         *,
         queries: slice | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        long: LongInput | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LinearState | None]:
         """Gated attention then gated MLP, each on a normalised copy of the stream."""
-        a, kv = self.attn(self.norm1(x), memory_kv, mask, queries=queries)
+        a, kv, long_state = self.attend(self.norm1(x), memory_kv, mask, queries, long)
         if queries is not None:
             x = x[:, queries]
         x = self.gate1(x, self.act(self.drop(a)))
         m = self.mlp(self.norm2(x))
-        return self.gate2(x, self.act(self.drop(m))), kv
+        return self.gate2(x, self.act(self.drop(m))), kv, long_state
 
     def step(
-        self, x: Tensor, window_k: Tensor, window_v: Tensor, mask: Tensor, context: Any = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
+        self,
+        x: Tensor,
+        window_k: Tensor,
+        window_v: Tensor,
+        mask: Tensor,
+        context: Any = None,
+        long: LinearState | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, LinearState | None]:
         """Gated attention then gated MLP for one step of N envs."""
-        a, k, v = self.attn.step(self.norm1(x), window_k, window_v, mask, context)
+        a, k, v, long = self.attend_step(self.norm1(x), window_k, window_v, mask, context, long)
         x = self.gate1(x, self.act(self.drop(a)))
-        return self.gate2(x, self.act(self.drop(self.mlp(self.norm2(x))))), k, v
+        return self.gate2(x, self.act(self.drop(self.mlp(self.norm2(x))))), k, v, long
 
 
 class PostNormBlock(TransformerBlock):
@@ -240,22 +297,29 @@ class PostNormBlock(TransformerBlock):
         mask: Tensor | None = None,
         *,
         queries: slice | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        long: LongInput | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LinearState | None]:
         """Attention and MLP sub-layers, each followed by gate and LayerNorm."""
-        a, kv = self.attn(x, memory_kv, mask, queries=queries)
+        a, kv, long_state = self.attend(x, memory_kv, mask, queries, long)
         if queries is not None:
             x = x[:, queries]
         x = self.norm1(self.gate1(x, self.act(self.drop(a))))
         m = self.mlp(x)
-        return self.norm2(self.gate2(x, self.act(self.drop(m)))), kv
+        return self.norm2(self.gate2(x, self.act(self.drop(m)))), kv, long_state
 
     def step(
-        self, x: Tensor, window_k: Tensor, window_v: Tensor, mask: Tensor, context: Any = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
+        self,
+        x: Tensor,
+        window_k: Tensor,
+        window_v: Tensor,
+        mask: Tensor,
+        context: Any = None,
+        long: LinearState | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, LinearState | None]:
         """Attention and MLP sub-layers for one step of N envs."""
-        a, k, v = self.attn.step(x, window_k, window_v, mask, context)
+        a, k, v, long = self.attend_step(x, window_k, window_v, mask, context, long)
         x = self.norm1(self.gate1(x, self.act(self.drop(a))))
-        return self.norm2(self.gate2(x, self.act(self.drop(self.mlp(x))))), k, v
+        return self.norm2(self.gate2(x, self.act(self.drop(self.mlp(x))))), k, v, long
 
 
 PLACEMENTS: dict[str, type[TransformerBlock]] = {"pre": PreNormBlock, "post": PostNormBlock}

@@ -39,8 +39,10 @@ Design:
   rollouts already sent are kept, the slots it held are reclaimed, a one-line warning names
   it and its exit code, and it restarts with a new seed (``max_restarts`` per actor; an
   actor that fails before its first rollout with an exception fails the pool at once).
-  Actors ignore SIGINT (the parent stops them), and exit when the parent's pipe closes or
-  their parent process changes.
+  Actors ignore SIGINT (the parent stops them) from birth: they start with SIGINT ignored,
+  which a spawned interpreter keeps, so a Ctrl-C that reaches one while it still imports
+  torch prints no traceback. They exit when the parent's pipe closes or their parent
+  process changes.
 
 Rewards are stored as the env returned them: reward scaling, if any, is the learner's (it
 keeps the running statistics, so they are in its checkpoints). Episode statistics travel with
@@ -51,6 +53,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -76,6 +80,22 @@ from rltrans.runtime.remote import (
     rollout_tensors,
 )
 from rltrans.types import Tree, tree_map
+
+
+@contextlib.contextmanager
+def _born_ignoring_sigint() -> Any:
+    """Start processes with SIGINT ignored: an ignored signal stays ignored across exec, and
+    a new interpreter then installs no KeyboardInterrupt handler. The parent ignores SIGINT
+    only for the moment of the start (main thread only: elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
 
 ALIGN = 64  # bytes between tensor starts in a slot
 GRANTS_PER_ACTOR = 2  # slots an actor may hold at once: one being written, one next
@@ -393,7 +413,8 @@ class ProcessPool(RemotePool):
             ),
             daemon=True,
         )  # fmt: skip
-        process.start()
+        with _born_ignoring_sigint():
+            process.start()
         cmd_recv.close()
         note_send.close()
         return _ActorHandle(

@@ -36,7 +36,7 @@ from rltrans.config import to_container
 from rltrans.envs import make_env
 from rltrans.learners import ImpalaLearner, NonFiniteLossError
 from rltrans.logging import EpisodeTracker
-from rltrans.registry import build_agent
+from rltrans.registry import algo_agent_options, build_agent
 from rltrans.run import Run, seed_everything
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
@@ -47,6 +47,7 @@ from rltrans.trainers.common import (
     run_name,
     speed,
 )
+from rltrans.trainers.horizon import report_horizon
 from rltrans.trainers.stop import StopSignals
 
 
@@ -135,6 +136,7 @@ class Count:
 def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Train for ``total_steps`` env steps (steps trained on); returns the final summary."""
     run = Run.start(cfg, name=run_name(cfg), overrides=overrides, multi_process=True)
+    report_horizon(run.cfg)  # what agent.horizon fitted (rltrans.trainers.horizon)
     cfg, device, algo, world = run.cfg, run.device, run.cfg.algo, run.world
     local = cfg.runtime.kind == "local"
     num_actors = cfg.runtime.num_actors if local else 1  # process: the pool builds its own
@@ -142,7 +144,9 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         envs = [make_env(cfg.env, seed=cfg.seed + i, device=device) for i in range(num_actors)]
     spaces = (envs[0].single_observation_space, envs[0].single_action_space)
     with run.building("agent"):
-        agent = build_agent(to_container(cfg.agent), *spaces).to(device)
+        agent_cfg = to_container(cfg.agent)
+        options = algo_agent_options(agent_cfg, to_container(algo))  # algo.reconstruction_coef
+        agent = build_agent(agent_cfg, *spaces, **options).to(device)
     with run.building("env"):  # the learner evaluates its own agent (algo.eval_every)
         evaluation = PeriodicEvaluation(cfg, agent, device, main=world.is_main)
     per_actor = None if local else cfg.runtime.get("envs_per_actor")  # N of each rollout

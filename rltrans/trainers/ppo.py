@@ -27,7 +27,7 @@ from rltrans.config import to_container
 from rltrans.envs import make_env
 from rltrans.learners import NonFiniteLossError, PPOLearner
 from rltrans.logging import EpisodeTracker
-from rltrans.registry import build_agent
+from rltrans.registry import algo_agent_options, build_agent
 from rltrans.run import Run
 from rltrans.runtime.actors import LocalActor, RewardScaler
 from rltrans.trainers.common import (
@@ -37,18 +37,22 @@ from rltrans.trainers.common import (
     run_name,
     speed,
 )
+from rltrans.trainers.horizon import report_horizon
 from rltrans.trainers.stop import StopSignals
 
 
 def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Train for ``total_steps`` env steps; returns the final summary."""
     run = Run.start(cfg, name=run_name(cfg), overrides=overrides)
+    report_horizon(run.cfg)  # what agent.horizon fitted (rltrans.trainers.horizon)
     cfg, device, algo = run.cfg, run.device, run.cfg.algo
     with run.building("env"):
         envs = make_env(cfg.env, seed=cfg.seed, device=device)
     spaces = (envs.single_observation_space, envs.single_action_space)
     with run.building("agent"):
-        agent = build_agent(to_container(cfg.agent), *spaces).to(device)
+        agent_cfg = to_container(cfg.agent)
+        options = algo_agent_options(agent_cfg, to_container(algo))  # algo.reconstruction_coef
+        agent = build_agent(agent_cfg, *spaces, **options).to(device)
     with run.building("env"):
         evaluation = PeriodicEvaluation(cfg, agent, device)  # algo.eval_every; 0 = none
     steps_per_update = algo.num_steps * envs.num_envs

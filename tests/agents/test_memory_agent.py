@@ -204,7 +204,7 @@ def test_coordinate_scale_multiplies_the_coordinate_embedding(position):
     mask = torch.ones(length, length, dtype=torch.bool).tril().view(1, 1, length, length)
     h = x
     for t in range(1, 4):
-        h, _ = ut.block(h + c * (absolute + sinusoid(torch.tensor(t), d).double()), None, mask)
+        h, *_ = ut.block(h + c * (absolute + sinusoid(torch.tensor(t), d).double()), None, mask)
     torch.testing.assert_close(ut(x)[0], ut.final_norm(h))
     with pytest.raises(ValueError, match="coordinate_scale must be >= 0"):
         UniversalTransformer(config, coordinate_scale=-1.0)

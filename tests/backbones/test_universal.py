@@ -73,7 +73,7 @@ def test_halting_off_equals_the_block_applied_S_times_by_hand(position, norm):
     mask = torch.ones(T, T, dtype=torch.bool).tril().view(1, 1, T, T)
     h = x
     for t in range(1, S + 1):
-        h, _ = ut.block(h + absolute + sinusoid(torch.tensor(t), D).double(), None, mask)
+        h, *_ = ut.block(h + absolute + sinusoid(torch.tensor(t), D).double(), None, mask)
     torch.testing.assert_close(y, ut.final_norm(h))
     assert (aux["ponder_steps"] == S).all()
     torch.testing.assert_close(aux["halting_weights"][-1], torch.ones(3, T, dtype=torch.float64))
@@ -125,7 +125,7 @@ def test_halted_position_keeps_its_state_and_still_writes_memory():
     position = ut.input_position(torch.arange(M).expand(3, M)).double()
     mask = torch.ones(M, M, dtype=torch.bool).tril().view(1, 1, M, M)
     first = x + position + ut.depth_signal[0].double()
-    h1, _ = ut.block(first, None, mask)
+    h1, *_ = ut.block(first, None, mask)
     torch.testing.assert_close(y, ut.final_norm(h1))
     torch.testing.assert_close(memory.hidden[:, 0], first)
     for t in range(1, S):

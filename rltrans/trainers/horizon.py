@@ -1,0 +1,104 @@
+"""``agent.horizon``: one knob, in env steps, that fits a memory agent to the distance its task
+asks it to remember over.
+
+``auto`` (the memory agents' default) reads how far back the env may ask to remember, where
+the env says so: a torch-native memory task's time limit (its whole episode). A Gymnasium
+env's time limit is a truncation budget, not a memory distance (CartPole-v1: 500 steps), so
+there ``auto`` changes nothing: give ``agent.horizon=<steps>``. An integer D says it
+directly; ``null`` leaves the agent and the algo as configured. For a horizon of D steps:
+
+* transformer stacks (gtrxl, trxl, trxl_i): ``agent.memory`` becomes at least min(D, 256), so
+  every layer reaches back D steps in one attention hop up to 256 steps (a query reads the
+  stored input of the step it needs, with no hop through intermediate steps that a stopped
+  gradient could not teach to carry it); beyond 256 steps ``agent.long_memory`` becomes
+  ``linear`` (the whole episode at O(1) acting cost per step), unless one is set.
+* transformer stacks and LSTM/GRU: ``algo.segment_length`` becomes at least the shortest
+  divisor of ``algo.num_steps`` that spans D steps (the whole rollout at most): gradients
+  flow through D steps of one segment. PPO keeps at least ``algo.num_minibatches`` segments
+  per update (env.num_envs x algo.num_steps / segment_length), so few envs cap the segment.
+
+Nothing is lowered: a larger ``agent.memory`` or ``algo.segment_length`` on the command line
+stays. The resolved values are what the run saves (its config.yaml and checkpoints), so
+resume and evaluation rebuild the same agent.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+AUTO_WINDOW_CAP = 256  # the longest window horizon sets; beyond it, the linear long memory
+STACKS = ("gtrxl", "trxl", "trxl_i")
+RECURRENT = ("lstm", "gru")
+
+
+def env_memory_distance(env_cfg: Any) -> int | None:
+    """How far back the configured env may ask to remember, where it says so."""
+    if env_cfg.get("kind") != "torch":
+        return None
+    from rltrans.envs.torch_envs import make_torch_env
+
+    kwargs = dict(env_cfg.get("kwargs") or {})
+    return make_torch_env(env_cfg.get("name"), 1, **kwargs).memory_distance
+
+
+def spanning_segment(distance: int, num_steps: int) -> int:
+    """The shortest segment length that divides ``num_steps`` and spans ``distance`` steps
+    (``num_steps`` where the distance is longer than the rollout)."""
+    want = min(distance, num_steps)
+    return next(d for d in range(want, num_steps + 1) if num_steps % d == 0)
+
+
+def fit_horizon(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with agent.memory, agent.long_memory and algo.segment_length fitted to
+    ``agent.horizon`` (see the module docstring); agent.horizon becomes the distance used."""
+    agent, algo = cfg.agent, cfg.algo
+    horizon = agent.get("horizon")
+    backbone = agent.get("backbone")
+    if horizon is None or backbone not in (*STACKS, *RECURRENT) or algo.get("kind") == "offline":
+        return cfg
+    if horizon == "auto":
+        distance = env_memory_distance(cfg.env)
+        if distance is None:  # nothing known: as configured, and said so in the saved config
+            OmegaConf.update(cfg, "agent.horizon", None, force_add=True)
+            return cfg
+    else:
+        distance = int(horizon)
+    changes: dict[str, Any] = {"agent.horizon": distance}
+    if backbone in STACKS:
+        changes["agent.memory"] = max(agent.memory, min(distance, AUTO_WINDOW_CAP))
+        if distance > AUTO_WINDOW_CAP and agent.get("long_memory", "none") == "none":
+            changes["agent.long_memory"] = "linear"
+    if "segment_length" in algo and "num_steps" in algo:
+        span = spanning_segment(distance, algo.num_steps)
+        if algo.get("kind") == "online":  # keep algo.num_minibatches' segments per update
+            most = cfg.env.num_envs * algo.num_steps // algo.num_minibatches
+            span = max(d for d in range(1, min(span, most) + 1) if algo.num_steps % d == 0)
+        changes["algo.segment_length"] = max(algo.segment_length, span)
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+def horizon_note(cfg: DictConfig) -> str | None:
+    """The line a fresh run prints on stderr about its fitted memory (None: nothing fitted)."""
+    agent, algo = cfg.agent, cfg.algo
+    if cfg.get("resume") or not isinstance(agent.get("horizon"), int):
+        return None
+    settings = []
+    if agent.get("backbone") in STACKS:
+        long = agent.get("long_memory", "none")
+        settings += [f"agent.memory={agent.memory}", f"agent.long_memory={long}"]
+    if "segment_length" in algo:
+        settings.append(f"algo.segment_length={algo.segment_length}")
+    return f"agent.horizon={agent.horizon} steps: {', '.join(settings)}"
+
+
+def report_horizon(cfg: DictConfig) -> None:
+    """Print :func:`horizon_note` on stderr, once the run has started."""
+    note = horizon_note(cfg)
+    if note is not None and int(os.environ.get("RANK", "0")) == 0:
+        print(note, file=sys.stderr, flush=True)

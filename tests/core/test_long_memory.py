@@ -1,0 +1,234 @@
+"""The ``linear`` long memory: its paper equations, and the stack invariants with it on."""
+
+import pytest
+import torch
+
+from rltrans.agents.memory_agent import MemoryAgent, build_backbone
+from rltrans.backbones.gtrxl import TransformerStack
+from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.core.block import BlockConfig
+from rltrans.core.long_memory import LinearMemory, LinearState, build_long_memory, time_scales
+from rltrans.envs.torch_envs import make_torch_env
+from rltrans.learners import PPOLearner
+from rltrans.runtime.actors import LocalActor
+
+D, H, Y, M, T = 16, 4, 2, 2, 14  # window reach Y x M = 4 steps, sequences of 14
+
+
+def literal(module: LinearMemory, x, S, z, starts):
+    """The module docstring's equations, one batch entry, head and step at a time (float64)."""
+    b, length, _ = x.shape
+    d = module.head_dim
+    w_q, w_k, w_v, w_b = module.qkv.weight.split((D, D, D, module.heads))
+    b_q, b_k, b_v, b_b = module.qkv.bias.split((D, D, D, module.heads))
+    phi = lambda u: torch.nn.functional.elu(u) + 1  # noqa: E731
+    reads = torch.zeros(b, length, D, dtype=x.dtype)
+    S, z = S.clone(), z.clone()
+    for i in range(b):
+        for h in range(module.heads):
+            rows = slice(h * d, (h + 1) * d)
+            gamma = torch.sigmoid(module.retention[h])
+            for t in range(length):
+                if starts[i, t]:
+                    S[i, h], z[i, h] = 0.0, 0.0
+                x_t = x[i, t]
+                q = phi(w_q[rows] @ x_t + b_q[rows])
+                k = phi(w_k[rows] @ x_t + b_k[rows])
+                v = w_v[rows] @ x_t + b_v[rows]
+                beta = torch.sigmoid(w_b[h] @ x_t + b_b[h])
+                S[i, h] = gamma * S[i, h] + beta * torch.outer(k, v)
+                z[i, h] = gamma * z[i, h] + beta * k
+                reads[i, t, rows] = (q @ S[i, h]) / (q @ z[i, h] + 1e-6)
+    return module.out(reads), S, z
+
+
+def loud(module: LinearMemory) -> LinearMemory:
+    """Give the (zero-initialised) read-out weights values, so the memory shows in outputs."""
+    torch.manual_seed(3)
+    torch.nn.init.normal_(module.out.weight, std=0.5)
+    torch.nn.init.normal_(module.qkv.weight[-module.heads :], std=0.5)
+    return module
+
+
+def test_linear_memory_equals_the_literal_recurrence_in_float64():
+    torch.manual_seed(0)
+    module = loud(LinearMemory(D, H)).double()
+    x = torch.randn(3, T, D, dtype=torch.float64)
+    starts = torch.zeros(3, T, dtype=torch.bool)
+    starts[0, 0], starts[1, 4], starts[1, 9] = True, True, True
+    S0 = torch.rand(3, H, D // H, D // H, dtype=torch.float64)
+    z0 = torch.rand(3, H, D // H, dtype=torch.float64)
+    want, S, z = literal(module, x, S0, z0, starts)
+    got, state = module(x, LinearState(S0, z0), starts)  # the parallel (closed) form
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(state.S, S)
+    torch.testing.assert_close(state.z, z)
+    stepped, state = [], LinearState(S0, z0)
+    for t in range(T):  # the acting form, reset by the caller as the stack does
+        keep = (~starts[:, t]).double()
+        state = LinearState(state.S * keep.view(-1, 1, 1, 1), state.z * keep.view(-1, 1, 1))
+        read, state = module.step(x[:, t], state)
+        stepped.append(read)
+    torch.testing.assert_close(torch.stack(stepped, 1), want)
+    torch.testing.assert_close(state.S, S)
+
+
+def test_heads_start_at_time_scales_16_x_8_to_the_h():
+    scales = time_scales(LinearMemory(D, H))
+    want = torch.tensor([16.0, 128.0, 1024.0, 8192.0], dtype=torch.float64)
+    torch.testing.assert_close(scales, want, rtol=1e-3, atol=0)
+
+
+def make(long_memory="linear", memory=M, layers=Y):
+    torch.manual_seed(1)
+    config = BlockConfig(dim=D, heads=H, long_memory=long_memory)
+    stack = TransformerStack(config, layers, memory=memory)
+    for block in stack.blocks:
+        if block.long is not None:
+            loud(block.long)
+    return stack.double().eval()
+
+
+def seq(batch=3, length=T):
+    torch.manual_seed(2)
+    return torch.randn(batch, length, D, dtype=torch.float64)
+
+
+def run_chunks(stack, x, chunk, starts=None):
+    memory, outs = stack.empty_memory(x.shape[0], dtype=x.dtype), []
+    for c in range(0, x.shape[1], chunk):
+        s = None if starts is None else starts[:, c : c + chunk]
+        y, memory, _ = stack(x[:, c : c + chunk], memory, starts=s)
+        outs.append(y)
+    return torch.cat(outs, 1), memory
+
+
+def run_steps(stack, x, starts=None):
+    state, outs = stack.initial_state(x.shape[0], dtype=x.dtype), []
+    for t in range(x.shape[1]):
+        y, state, _ = stack.step(x[:, t], state, None if starts is None else starts[:, t])
+        outs.append(y)
+    return torch.stack(outs, 1), state
+
+
+def test_reach_goes_beyond_the_window_only_with_the_long_memory():
+    x = seq()
+    far = x.clone()
+    far[:, 0] += torch.randn_like(far[:, 0])
+    for kind, reaches in (("none", False), ("linear", True)):
+        stack = make(kind)
+        y, far_y = (stack(v, stack.empty_memory(3, dtype=v.dtype)).hidden for v in (x, far))
+        assert torch.allclose(y[:, -1], far_y[:, -1]) != reaches  # step 13, window reach 4
+
+
+def test_a_fresh_long_memory_reads_nothing_so_the_agent_starts_as_its_window_twin():
+    torch.manual_seed(0)
+    linear = TransformerStack(BlockConfig(dim=D, heads=H, long_memory="linear"), Y, memory=M)
+    twin = TransformerStack(BlockConfig(dim=D, heads=H), Y, memory=M)
+    missing = twin.load_state_dict(linear.state_dict(), strict=False)
+    assert not missing.missing_keys and all(".long." in k for k in missing.unexpected_keys)
+    x = seq().float()
+    torch.testing.assert_close(
+        linear(x, linear.empty_memory(3)).hidden, twin(x, twin.empty_memory(3)).hidden
+    )
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 5, T])
+def test_chunked_equals_whole_and_cached_acting_equals_recomputing(chunk):
+    stack = make()
+    x = seq()
+    whole, memory, _ = stack(x, stack.empty_memory(3, dtype=x.dtype))
+    chunked, chunk_memory = run_chunks(stack, x, chunk)
+    torch.testing.assert_close(chunked, whole)
+    stepped, state = run_steps(stack, x)
+    torch.testing.assert_close(stepped, whole)
+    acted = state.to_memory()  # what a segment starting now stores
+    for a, b, c in zip(acted.long, memory.long, chunk_memory.long, strict=True):
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(c, b)
+
+
+def test_episode_isolation_in_training_and_acting_reaches_the_long_state():
+    stack = make()
+    x = seq(batch=2)
+    starts = torch.zeros(2, T, dtype=torch.bool)
+    starts[0, 5], starts[1, 9] = True, True
+    fresh0 = stack(x[:1, 5:], stack.empty_memory(1, dtype=x.dtype)).hidden
+    fresh1 = stack(x[1:, 9:], stack.empty_memory(1, dtype=x.dtype)).hidden
+    for chunk in (3, T):
+        y, memory = run_chunks(stack, x, chunk, starts)
+        torch.testing.assert_close(y[0, 5:], fresh0[0])
+        torch.testing.assert_close(y[1, 9:], fresh1[0])
+    stepped, state = run_steps(stack, x, starts)
+    torch.testing.assert_close(stepped[0, 5:], fresh0[0])
+    torch.testing.assert_close(stepped[1, 9:], fresh1[0])
+    # and the state a reset leaves holds nothing of the old episode
+    state.reset_where(torch.tensor([True, False]))
+    assert all(t[:, 0].abs().max() == 0 for t in state.long)
+    assert all(t[:, 1].abs().max() > 0 for t in state.long)
+    training = stack.empty_memory(2, dtype=x.dtype)._replace(long=memory.long)
+    restart = torch.zeros(2, 3, dtype=torch.bool)
+    restart[:, 0] = True  # both envs start an episode with this segment: the stored state is cut
+    y = stack(x[:, :3], training, starts=restart).hidden
+    torch.testing.assert_close(y, stack(x[:, :3], stack.empty_memory(2, dtype=x.dtype)).hidden)
+
+
+def test_gradient_stops_at_the_stored_state_and_reaches_the_memory_weights():
+    stack = make().float().train()
+    x = seq().float()
+    memory = stack.empty_memory(3)
+    memory = memory._replace(long=tuple(torch.rand_like(t).requires_grad_() for t in memory.long))
+    y = stack(x, memory).hidden
+    y.sum().backward()
+    assert all(t.grad is None for t in memory.long)
+    for block in stack.blocks:
+        assert block.long.retention.grad.abs().sum() > 0
+        assert block.long.qkv.weight.grad.abs().sum() > 0
+
+
+def test_replay_fidelity_with_the_linear_memory():
+    """PPO's first pass recomputes the acting log-probs and values: ratio exactly 1."""
+    envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
+    torch.manual_seed(0)
+    agent = MemoryAgent(
+        envs.single_observation_space,
+        envs.single_action_space,
+        backbone="gtrxl",
+        dim=32,
+        heads=4,
+        layers=2,
+        memory=4,
+        long_memory="linear",
+    )
+    for block in agent.backbone.blocks:
+        loud(block.long)
+    buffer = RolloutBuffer(32, 4, 8, "cpu")
+    actor = LocalActor(envs, agent, seed=0, device="cpu")
+    for _ in range(2):  # the second rollout starts with a long state carried over
+        actor.collect(buffer)
+    assert buffer.starts.any() and any(m.long[0].abs().sum() > 0 for m in buffer.memories)
+    buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
+    (batch,) = buffer.minibatches(1)
+    log_prob, _, value, _ = agent.evaluate(batch.segment)
+    torch.testing.assert_close(log_prob, batch.log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(value, batch.values, atol=1e-5, rtol=0)
+    ppo = {"epochs": 1, "num_minibatches": 1, "clip_coef": 0.2, "vf_clip_coef": 0.2}
+    ppo |= {"ent_coef": 0.01, "vf_coef": 0.5, "normalize_advantages": True}
+    metrics = PPOLearner(agent, ppo=ppo, lr=1e-3, total_updates=2).update(buffer)
+    assert abs(metrics["ratio_mean"].item() - 1.0) < 1e-5
+    actor.collect(buffer)  # after the update: acting and replay agree again
+    buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
+    (batch,) = buffer.minibatches(1)
+    log_prob, _, value, _ = agent.evaluate(batch.segment)
+    torch.testing.assert_close(log_prob, batch.log_probs, atol=1e-5, rtol=0)
+
+
+def test_errors_name_the_bad_value_and_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown long memory 'lstm'; valid choices: none, linear"):
+        build_long_memory("lstm", D, H)
+    with pytest.raises(ValueError, match="long memory 'x'; valid choices: none, linear"):
+        BlockConfig(dim=D, heads=H, long_memory="x")
+    with pytest.raises(ValueError, match="needs memory >= 1, got 0"):
+        make(memory=0)
+    with pytest.raises(ValueError, match="Universal Transformer takes long_memory=none"):
+        build_backbone("universal", D, None, H, M, long_memory="linear")

@@ -1,0 +1,90 @@
+"""agent.horizon: memory, long memory and training segments fitted to the task's length."""
+
+import pytest
+import yaml
+
+from rltrans import evaluate, train
+from rltrans.config import load_config
+from rltrans.trainers.horizon import AUTO_WINDOW_CAP, fit_horizon, spanning_segment
+
+
+@pytest.mark.parametrize(
+    ("distance", "num_steps", "segment"),
+    [(22, 128, 32), (202, 128, 128), (16, 128, 16), (3, 128, 4), (100, 96, 96), (7, 12, 12)],
+)
+def test_spanning_segment_is_the_shortest_divisor_that_spans(distance, num_steps, segment):
+    assert spanning_segment(distance, num_steps) == segment
+    assert num_steps % segment == 0
+
+
+def fitted(*overrides):
+    return fit_horizon(load_config(list(overrides), "train"))
+
+
+def test_auto_fits_the_tmaze_corridor_and_goes_linear_beyond_the_window_cap():
+    cfg = fitted("env.kwargs.length=100")  # time limit 2 x (100 + 1)
+    assert (cfg.agent.horizon, cfg.agent.memory, cfg.agent.long_memory) == (202, 202, "none")
+    assert cfg.algo.segment_length == 128
+    cfg = fitted("env.kwargs.length=300")
+    assert (cfg.agent.memory, cfg.agent.long_memory) == (AUTO_WINDOW_CAP, "linear")
+    cfg = fitted("env=passive_tmaze", "env.kwargs.length=8")  # short: defaults stay
+    assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (9, 32, 16)
+
+
+def test_nothing_is_lowered_and_explicit_or_null_horizons_are_honoured():
+    cfg = fitted("env.kwargs.length=100", "agent.memory=300", "algo.segment_length=128")
+    assert (cfg.agent.memory, cfg.algo.segment_length) == (300, 128)
+    cfg = fitted("agent.horizon=50")
+    assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (50, 50, 64)
+    plain = load_config(["env.kwargs.length=100", "agent.horizon=null"], "train")
+    cfg = fitted("env.kwargs.length=100", "agent.horizon=null")
+    assert cfg == plain
+
+
+def test_recurrent_agents_get_segments_and_the_memoryless_nothing():
+    cfg = fitted("agent=gru", "env=repeat_first", "env.kwargs.length=64")
+    assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (64, 0, 64)
+    mlp = load_config(["agent=mlp", "env.kwargs.length=100"], "train")
+    assert fitted("agent=mlp", "env.kwargs.length=100") == mlp
+
+
+def test_auto_changes_nothing_where_the_env_names_no_memory_distance():
+    for env in ("env=stateless_cartpole", "env=minigrid_memory"):
+        cfg = fitted(env)
+        assert cfg.agent.horizon is None
+        assert (cfg.agent.memory, cfg.algo.segment_length) == (32, 16)
+
+
+def test_segments_stay_enough_for_the_minibatches():
+    cfg = fitted("env.kwargs.length=100", "env.num_envs=2", "algo.num_minibatches=4")
+    assert cfg.algo.segment_length == 64  # 2 envs x 128 steps / 64 = 4 segments
+
+
+def test_fitting_twice_is_fitting_once():
+    once = fitted("env.kwargs.length=300")
+    assert fit_horizon(once.copy()) == once
+
+
+def test_a_run_saves_the_fitted_agent_and_resumes_and_evaluates_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    common = ["env.num_envs=4", "algo.num_steps=64", "algo.num_minibatches=2"]
+    common += ["progress=false", "torch_threads=1"]
+    assert train.main(["env.kwargs.length=40", "total_steps=128", f"run_dir={run}", *common]) == 0
+    err = capsys.readouterr().err
+    note = "agent.horizon=82 steps: agent.memory=82, agent.long_memory=none, algo.segment_length=64"
+    assert note in err
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["agent"]["horizon"], saved["agent"]["memory"]) == (82, 82)
+    assert saved["algo"]["segment_length"] == 64
+    resume = ["resume=true", f"run_dir={run}", "total_steps=256", "progress=false"]
+    assert train.main(resume) == 0
+    assert "agent.horizon" not in capsys.readouterr().err  # said once, when the run started
+    again = ["env.kwargs.length=40", "total_steps=384", f"run_dir={run}", "resume=true", *common]
+    assert train.main(again) == 0  # the first command repeated: it compares equal
+    assert evaluate.main([f"checkpoint={run}", "episodes=2", "progress=false"]) == 0
+
+
+def test_bad_horizons_are_refused_with_the_valid_ones(capsys):
+    for value in ("0", "soon"):
+        assert train.main([f"agent.horizon={value}", "--cfg"]) == 2
+        assert "agent.horizon" in capsys.readouterr().err
