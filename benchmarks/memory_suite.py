@@ -2,9 +2,10 @@
 
 Every run is ``python -m rltrans.train`` on one task at one memory length with one agent and
 seed, at a fixed env-step budget, then ``python -m rltrans.evaluate`` over 100 deterministic
-episodes of its last checkpoint. Runs go to parallel processes (``--jobs``) and to folders of
-their own under ``--out``; a run whose result is on disk is not done again, an interrupted
-one resumes from its checkpoint, so the suite can be stopped and started at will.
+episodes of its last checkpoint (100 envs at once), both in one process per run. Runs go to
+parallel processes (``--jobs``) and to folders of their own under ``--out``; a run whose
+result is on disk is not done again, an interrupted one resumes from its checkpoint, so the
+suite can be stopped and started at will.
 
 Printed: one table (task, length, agent: final evaluated return over the seeds as mean and
 range, env steps until the deterministic evaluations during training (``algo.eval_every``)
@@ -18,7 +19,7 @@ length of repeat_first, count_recall and the T-mazes (the cue comes first), k fo
 repeat_previous, the sequence length for autoencode. The default agents' window is 64 steps
 (gtrxl: 2 layers x M=32).
 
-    python benchmarks/memory_suite.py --quick          # < 30 min on 2 cores: 3 lengths, 3 seeds
+    python benchmarks/memory_suite.py --quick          # < 30 min on 2 cores: 5 tasks, 3 lengths
     python benchmarks/memory_suite.py                  # the full grid (a GPU: --device cuda)
     python benchmarks/memory_suite.py --tasks passive_tmaze --lengths 16 64 256 \
         --agents gtrxl gru --steps 500000 --jobs 4
@@ -53,20 +54,27 @@ TASKS: dict[str, dict] = {
     "tmaze": {"env": "tmaze", "length": lambda d: [f"env.kwargs.length={d}"]},
 }
 BEST_RETURN = 1.0  # every task's best return
+# The plain names are the agents as configured, memory not fitted to the task
+# (agent.horizon=null: gtrxl's window 2 x 32 steps, segments of 16 steps); *_fit are the
+# defaults, agent.horizon=auto (window, long memory and segments fitted to the task's length).
+FIXED = "agent.horizon=null"
 AGENTS: dict[str, list[str]] = {
-    "gtrxl": ["agent=gtrxl"],
-    "gtrxl_long": ["agent=gtrxl", "agent.memory=128", "algo.segment_length=64"],
-    "lstm": ["agent=lstm"],
-    "gru": ["agent=gru"],
+    "gtrxl": ["agent=gtrxl", FIXED],
+    "gtrxl_fit": ["agent=gtrxl"],
+    "gtrxl_linear": ["agent=gtrxl", FIXED, "agent.long_memory=linear"],
+    "gtrxl_long": ["agent=gtrxl", FIXED, "agent.memory=128", "algo.segment_length=64"],
+    "lstm": ["agent=lstm", FIXED],
+    "gru": ["agent=gru", FIXED],
+    "gru_fit": ["agent=gru"],
     "mlp": ["agent=mlp"],
 }
 PRESETS = {
     "quick": {
-        "tasks": ["passive_tmaze", "repeat_first", "autoencode"],
+        "tasks": ["passive_tmaze", "repeat_first", "repeat_previous", "count_recall", "autoencode"],
         "lengths": [8, 96, 256],
         "agents": ["gtrxl", "lstm", "gru", "mlp"],
         "seeds": 3,
-        "steps": 50_000,
+        "steps": 40_000,
         "num_envs": 16,
     },
     "full": {
@@ -103,15 +111,18 @@ def run_name(task: str, length: int, agent: str, seed: int) -> str:
     return f"{task}-L{length}-{agent}-s{seed}"
 
 
-def _command(module: str, args: list[str]) -> list[str]:
-    return [sys.executable, "-m", module, *args]
+# One process per run trains, then evaluates: one interpreter start and torch import, not two.
+RUNNER = (
+    "import json, sys\n"
+    "from rltrans import evaluate, train\n"
+    "argv = json.loads(sys.argv[1])\n"
+    "sys.exit(train.main(argv['train']) or evaluate.main(argv['evaluate']))\n"
+)
 
 
-def _summary(out: str) -> dict:
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"no summary line in:\n{out[-2000:]}")
-    return json.loads(lines[-1])
+def _summaries(out: str) -> list[dict]:
+    """The JSON summary lines of a run's output: train's, then evaluate's."""
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 def steps_to(run: Path, tag: str, threshold: float) -> int | None:
@@ -147,37 +158,30 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
     ]
     if (run / "checkpoints" / "last.pt").is_file():
         train = ["resume=true", f"run_dir={run}", f"total_steps={args.steps}", "progress=false"]
-    trained = subprocess.run(
-        _command("rltrans.train", train), capture_output=True, text=True, env=env
-    )
-    if trained.returncode != 0:
-        raise RuntimeError(
-            f"{run.name}: train exited {trained.returncode}:\n{trained.stderr[-2000:]}"
-        )
-    sps = float(_summary(trained.stdout).get("SPS") or 0.0)
     evaluate = [
         f"checkpoint={run}",
         f"episodes={EVAL_EPISODES}",
-        f"num_envs={min(EVAL_EPISODES, args.num_envs)}",
+        f"num_envs={EVAL_EPISODES}",  # the torch-native tasks step 100 envs as cheaply as 16
         f"device={args.device}",
         "torch_threads=1",
         "progress=false",
     ]
-    scored = subprocess.run(
-        _command("rltrans.evaluate", evaluate), capture_output=True, text=True, env=env
+    argv = json.dumps({"train": train, "evaluate": evaluate})
+    done_run = subprocess.run(
+        [sys.executable, "-c", RUNNER, argv], capture_output=True, text=True, env=env
     )
-    if scored.returncode != 0:
-        raise RuntimeError(
-            f"{run.name}: evaluate exited {scored.returncode}:\n{scored.stderr[-2000:]}"
-        )
+    summaries = _summaries(done_run.stdout)
+    if done_run.returncode != 0 or len(summaries) != 2:
+        raise RuntimeError(f"{run.name}: exited {done_run.returncode}:\n{done_run.stderr[-2000:]}")
+    trained, scored = summaries
     result = Result(
         task,
         length,
         agent,
         seed,
-        float(_summary(scored.stdout)["mean_return"]),
+        float(scored["mean_return"]),
         steps_to(run, CURVE, 0.9 * BEST_RETURN),
-        sps,
+        float(trained.get("SPS") or 0.0),
         str(run),
     )
     done.write_text(json.dumps(asdict(result)))
@@ -320,6 +324,9 @@ def main() -> None:
     with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own process
         futures = {pool.submit(one_run, *cell, args): cell for cell in grid}
         for n, future in enumerate(as_completed(futures), 1):
+            if future.exception() is not None:  # stop at the first failure, not after the grid
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise future.exception()
             result = future.result()
             results.append(result)
             minutes = (time.monotonic() - start) / 60
