@@ -255,12 +255,12 @@ class TransformerStack(WindowedMemory, nn.Module):
         hidden, keys, values, new_long = [], [], [], []
         for i, block in enumerate(self.blocks):
             hidden.append(h)
-            state = LinearState(*(t[i] for t in long)) if long else None
+            state = LinearState(long[0][i], long[1][i]) if long else None
             h, k, v, state = block.step(h, window_k[i], window_v[i], mask, contexts[i], state)
             keys.append(k)
             values.append(v)
             new_long.append(state)
         cache = (torch.stack(hidden), torch.stack(keys), torch.stack(values))
-        if long:
-            cache += tuple(torch.stack(parts) for parts in zip(*new_long, strict=True))
+        if long:  # plain lists: the compiled step is traced by torch >= 2.4's dynamo
+            cache += (torch.stack([s.S for s in new_long]), torch.stack([s.z for s in new_long]))
         return self.final_norm(h), *cache
