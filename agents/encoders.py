@@ -44,7 +44,7 @@ DictMode = Literal["flatten", "per_key"]
 Channels = Literal["auto", "first", "last"]
 ImageLayout = Literal["chw", "hwc", "hw"]
 
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
+ACTIVATION_LAYERS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 # Smallest side Nature-CNN accepts: (8x8 stride 4) -> (4x4 stride 2) -> (3x3 stride 1) >= 1 px.
 NATURE_CNN_MIN_SIDE = 36
 IMAGE_MIN_SIDE = 32
@@ -57,10 +57,20 @@ def layer_init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) 
     return layer
 
 
-def _activation(name: Activation) -> nn.Module:
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"activation={name!r}; valid: {list(_ACTIVATIONS)}")
-    return _ACTIVATIONS[name]()
+def activation_layer(name: Activation) -> nn.Module:
+    """The activation module of ``name`` (``relu`` or ``tanh``)."""
+    if name not in ACTIVATION_LAYERS:
+        raise ValueError(f"activation={name!r}; valid: {list(ACTIVATION_LAYERS)}")
+    return ACTIVATION_LAYERS[name]()
+
+
+def mlp(in_dim: int, hidden_dim: int, out_dim: int, act: Activation) -> nn.Sequential:
+    """Linear -> act -> Linear, orthogonally initialised (the last with gain 1)."""
+    return nn.Sequential(
+        layer_init(nn.Linear(in_dim, hidden_dim)),
+        activation_layer(act),
+        layer_init(nn.Linear(hidden_dim, out_dim), gain=1.0),
+    )
 
 
 def image_layout(space: spaces.Space, channels: Channels = "auto") -> ImageLayout | None:
@@ -89,11 +99,7 @@ class MLPEncoder(nn.Module):
         super().__init__()
         self.event_ndim = len(event_shape)
         in_dim = int(np.prod(event_shape, dtype=np.int64))  # () -> 1 for a scalar Box
-        self.net = nn.Sequential(
-            layer_init(nn.Linear(in_dim, hidden_dim)),
-            _activation(act),
-            layer_init(nn.Linear(hidden_dim, out_dim), gain=1.0),
-        )
+        self.net = mlp(in_dim, hidden_dim, out_dim, act)
         self.out_dim = out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -107,29 +113,32 @@ class MLPEncoder(nn.Module):
 # activation per layer instead of two (MiniGrid's 512-frame minibatch: 42 MB fewer live tensors).
 
 
+# Conv stacks as (out_channels, kernel, stride, padding) per layer, ReLU after each (the
+# reconstruction decoder runs them backwards). Nature-CNN: Mnih et al. 2015, Methods "Model
+# architecture": 32 8x8/4, 64 4x4/2, 64 3x3/1. Small: for grids below Nature-CNN's minimum
+# (e.g. MiniGrid's 7x7x3), 3x3 convs, one stride 2 to halve the side before the flatten; our
+# choice, no published standard for such inputs.
+ConvLayer = tuple[int, int, int, int]
+NATURE_CONV: tuple[ConvLayer, ...] = ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0))
+SMALL_CONV: tuple[ConvLayer, ...] = ((32, 3, 1, 1), (64, 3, 2, 1), (64, 3, 1, 1))
+
+
+def conv_stack(in_channels: int, layers: tuple[ConvLayer, ...]) -> nn.Sequential:
+    """Conv2d -> ReLU (in place) per layer of ``layers``, orthogonally initialised."""
+    modules: list[nn.Module] = []
+    for out, kernel, stride, padding in layers:
+        conv = nn.Conv2d(in_channels, out, kernel, stride=stride, padding=padding)
+        modules += [layer_init(conv), nn.ReLU(inplace=True)]
+        in_channels = out
+    return nn.Sequential(*modules)
+
+
 def _nature_conv(in_channels: int) -> nn.Sequential:
-    # Mnih et al. 2015, Methods "Model architecture": 32 8x8/4, 64 4x4/2, 64 3x3/1, ReLU each.
-    return nn.Sequential(
-        layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
-        nn.ReLU(inplace=True),
-        layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-        nn.ReLU(inplace=True),
-        layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-        nn.ReLU(inplace=True),
-    )
+    return conv_stack(in_channels, NATURE_CONV)
 
 
 def _small_conv(in_channels: int) -> nn.Sequential:
-    # For grids below Nature-CNN's minimum (e.g. MiniGrid's 7x7x3): 3x3 convs, one stride 2 to
-    # halve the side before the flatten. Our choice; no published standard for such inputs.
-    return nn.Sequential(
-        layer_init(nn.Conv2d(in_channels, 32, 3, stride=1, padding=1)),
-        nn.ReLU(inplace=True),
-        layer_init(nn.Conv2d(32, 64, 3, stride=2, padding=1)),
-        nn.ReLU(inplace=True),
-        layer_init(nn.Conv2d(64, 64, 3, stride=1, padding=1)),
-        nn.ReLU(inplace=True),
-    )
+    return conv_stack(in_channels, SMALL_CONV)
 
 
 class ImageEncoder(nn.Module):
@@ -263,7 +272,9 @@ class ContainerEncoder(nn.Module):
         )
         self.encoders = nn.ModuleDict(encoders)
         width = sum(e.out_dim for e in encoders.values())
-        self.proj = nn.Sequential(_activation(act), layer_init(nn.Linear(width, out_dim), gain=1.0))
+        self.proj = nn.Sequential(
+            activation_layer(act), layer_init(nn.Linear(width, out_dim), gain=1.0)
+        )
         self.out_dim = out_dim
 
     def forward(self, x: TensorTree) -> torch.Tensor:
@@ -295,7 +306,7 @@ def build_encoder(
     """
     if dict_mode not in ("flatten", "per_key"):
         raise ValueError(f"dict_mode={dict_mode!r}; valid: ['flatten', 'per_key']")
-    _activation(activation)  # validate early, whatever the space
+    activation_layer(activation)  # validate early, whatever the space
     if channels not in ("auto", "first", "last"):
         raise ValueError(f"channels={channels!r}; valid: ['auto', 'first', 'last']")
     check_encodable(space)

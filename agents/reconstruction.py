@@ -36,38 +36,21 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from rltrans.agents.encoders import (
+    ACTIVATION_LAYERS,
     NATURE_CNN_MIN_SIDE,
+    NATURE_CONV,
+    SMALL_CONV,
     Activation,
     Channels,
+    ConvLayer,
     ImageLayout,
     image_layout,
     layer_init,
+    mlp,
 )
 from rltrans.losses.ppo import masked_mean
 from rltrans.spaces import TensorTree, check_encodable
 from rltrans.types import Aux
-
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
-# The encoders' conv stacks as (out_channels, kernel, stride, padding) per layer
-# (encoders._nature_conv / encoders._small_conv); the decoder runs them backwards.
-ConvLayer = tuple[int, int, int, int]
-NATURE_CONV: tuple[ConvLayer, ...] = ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0))
-SMALL_CONV: tuple[ConvLayer, ...] = ((32, 3, 1, 1), (64, 3, 2, 1), (64, 3, 1, 1))
-
-
-def _activation(name: Activation) -> nn.Module:
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"activation={name!r}; valid: {list(_ACTIVATIONS)}")
-    return _ACTIVATIONS[name]()
-
-
-def _mlp(dim: int, hidden_dim: int, out_dim: int, act: Activation) -> nn.Sequential:
-    """Linear -> act -> Linear (no output activation: values or logits)."""
-    return nn.Sequential(
-        layer_init(nn.Linear(dim, hidden_dim)),
-        _activation(act),
-        layer_init(nn.Linear(hidden_dim, out_dim), gain=1.0),
-    )
 
 
 class VectorDecoder(nn.Module):
@@ -78,7 +61,7 @@ class VectorDecoder(nn.Module):
     ) -> None:
         super().__init__()
         self.event_shape = tuple(event_shape)
-        self.net = _mlp(dim, hidden_dim, math.prod(self.event_shape), act)  # () -> 1
+        self.net = mlp(dim, hidden_dim, math.prod(self.event_shape), act)  # () -> 1
 
     def forward(self, h: Tensor) -> Tensor:
         """(..., D) -> (..., *shape)."""
@@ -152,7 +135,7 @@ class DiscreteDecoder(nn.Module):
     def __init__(self, space: spaces.Discrete, dim: int, hidden_dim: int, act: Activation) -> None:
         super().__init__()
         self.start, self.n = int(space.start), int(space.n)
-        self.net = _mlp(dim, hidden_dim, self.n, act)
+        self.net = mlp(dim, hidden_dim, self.n, act)
 
     def forward(self, h: Tensor) -> Tensor:
         """(..., D) -> (..., n) logits."""
@@ -177,7 +160,7 @@ class MultiDiscreteDecoder(nn.Module):
         self.event_ndim = space.nvec.ndim
         start = torch.as_tensor(space.start.reshape(-1).astype(np.int64))
         self.register_buffer("start", start, persistent=False)
-        self.net = _mlp(dim, hidden_dim, sum(self.nvec), act)
+        self.net = mlp(dim, hidden_dim, sum(self.nvec), act)
 
     def forward(self, h: Tensor) -> Tensor:
         """(..., D) -> (..., sum(nvec)) logits (dim k's are the k-th group of nvec[k])."""
@@ -204,7 +187,7 @@ class MultiBinaryDecoder(nn.Module):
     ) -> None:
         super().__init__()
         self.event_shape = tuple(space.shape)
-        self.net = _mlp(dim, hidden_dim, math.prod(self.event_shape), act)
+        self.net = mlp(dim, hidden_dim, math.prod(self.event_shape), act)
 
     def forward(self, h: Tensor) -> Tensor:
         """(..., D) -> (..., *shape) logits."""
@@ -260,8 +243,8 @@ def build_decoder(
     :func:`~rltrans.agents.encoders.build_encoder` (the agent passes its ``encoder`` options
     but ``dict_mode``, which does not apply: a Dict is always decoded per key).
     """
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation={activation!r}; valid: {list(_ACTIVATIONS)}")
+    if activation not in ACTIVATION_LAYERS:
+        raise ValueError(f"activation={activation!r}; valid: {list(ACTIVATION_LAYERS)}")
     check_encodable(space)
     if isinstance(space, spaces.Dict | spaces.Tuple):
         items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)

@@ -103,9 +103,9 @@ class Autoencode(TorchVectorEnv):
             device=device,
             validate_actions=validate_actions,
             render_mode=render_mode,
+            episode_limit=2 * length - 1,
         )
         self.length = length
-        self.episode_limit = 2 * length - 1
         self.num_symbols = num_symbols
         self.reward_scale = 1.0 / length
         self.copies = shoe_copies(num_symbols, length)

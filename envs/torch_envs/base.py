@@ -124,8 +124,10 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
         device: str | torch.device = "cpu",
         validate_actions: bool = True,
         render_mode: RenderMode | None = None,
+        episode_limit: int | None = None,
     ) -> None:
-        """Set spaces, device, generator and episode counters for `num_envs` envs."""
+        """Set spaces, device, generator and episode counters for `num_envs` envs.
+        ``episode_limit``: the steps every episode of a task that ends itself lasts at most."""
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         if max_episode_steps is not None and (
@@ -147,8 +149,7 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = max_episode_steps
-        # The steps every episode of a task that ends itself lasts at most (set by the task).
-        self.episode_limit: int | None = None
+        self.episode_limit = episode_limit
         self.validate_actions = validate_actions
         self.render_mode = render_mode
         self.single_observation_space = single_observation_space

@@ -107,9 +107,9 @@ class CountRecall(TorchVectorEnv):
             device=device,
             validate_actions=validate_actions,
             render_mode=render_mode,
+            episode_limit=length,
         )
         self.length = length
-        self.episode_limit = length
         self.num_symbols = num_symbols
         self.copies = copies
         self.reward_scale = 1.0 / length

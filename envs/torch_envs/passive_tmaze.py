@@ -83,9 +83,9 @@ class PassiveTMaze(TorchVectorEnv):
             device=device,
             validate_actions=validate_actions,
             render_mode=render_mode,
+            episode_limit=length + 1,
         )
         self.length = length
-        self.episode_limit = length + 1
         # State, one entry per env: cue 0 = up arm pays, 1 = down arm pays; the position is
         # also the step count, as the corridor carries the agent one cell per step.
         self.cue = torch.zeros(num_envs, dtype=torch.int64, device=self.device)

@@ -96,9 +96,9 @@ class RepeatFirst(TorchVectorEnv):
             device=device,
             validate_actions=validate_actions,
             render_mode=render_mode,
+            episode_limit=length,
         )
         self.length = length
-        self.episode_limit = length
         self.num_symbols = num_symbols
         self.reward_scale = 1.0 / length
         # The episode deals length + 1 cards: the first and one after each step.

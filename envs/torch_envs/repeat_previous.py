@@ -107,11 +107,11 @@ class RepeatPrevious(TorchVectorEnv):
             device=device,
             validate_actions=validate_actions,
             render_mode=render_mode,
+            episode_limit=episode_length,
         )
         self.num_symbols = num_symbols
         self.k = k
         self.episode_length = episode_length
-        self.episode_limit = episode_length
         self.reward_scale = 1.0 / (episode_length - k)
         # Cards of each symbol in a full shoe: the episode deals episode_length + 1 cards.
         self.copies = shoe_copies(num_symbols, episode_length + 1)
