@@ -13,7 +13,8 @@ step, the ratio of the last to the first, and the ratio to the GRU at the same s
 written as JSON to ``--out``.
 
     python benchmarks/acting_cost.py [--agents gtrxl gtrxl_linear gru] [--envs 16]
-                                     [--at 10 1000 100000] [--block 200] [--out runs/acting.json]
+                                     [--at 10 1000 100000] [--block 200] [--device cpu]
+                                     [--out runs/acting.json]
 """
 
 from __future__ import annotations
@@ -41,17 +42,20 @@ AGENTS: dict[str, list[str]] = {
 
 @torch.no_grad()
 def acting_costs(
-    overrides: list[str], envs: int, at: list[int], block: int, rounds: int
+    overrides: list[str], envs: int, at: list[int], block: int, rounds: int, device: str = "cpu"
 ) -> dict[int, float]:
     """ms per acting step (all envs) in blocks starting at each episode step in ``at``."""
     cfg = load_config(["env=passive_tmaze", *overrides], "train")
     env = make_torch_env("passive_tmaze", envs)
     torch.manual_seed(0)
-    agent = build_agent(cfg.agent, env.single_observation_space, env.single_action_space).eval()
+    agent = build_agent(cfg.agent, env.single_observation_space, env.single_action_space)
+    agent = agent.to(device).eval()
     shape = env.single_observation_space.shape
-    observations = torch.rand(64, envs, *shape)  # drawn before the clock starts
-    state = agent.initial_state(envs)
-    first, later = torch.ones(envs, dtype=torch.bool), torch.zeros(envs, dtype=torch.bool)
+    observations = torch.rand(64, envs, *shape, device=device)  # drawn before the clock starts
+    state = agent.initial_state(envs)  # on the agent's device
+    first = torch.ones(envs, dtype=torch.bool, device=device)
+    later = torch.zeros(envs, dtype=torch.bool, device=device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else lambda: None
     step, costs = 0, {}
 
     def act(n: int) -> None:
@@ -65,8 +69,10 @@ def acting_costs(
         act(start - step)  # walk the episode up to this step
         times = []
         for _ in range(rounds):
+            sync()
             begin = time.perf_counter()
             act(block)
+            sync()
             times.append((time.perf_counter() - begin) / block * 1e3)
         costs[start] = statistics.median(times)
     return costs
@@ -81,12 +87,15 @@ def main() -> None:
     p.add_argument("--block", type=int, default=200, help="steps per timed block")
     p.add_argument("--rounds", type=int, default=3, help="timed blocks in a row per point")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="where the agent acts (cpu, cuda)")
     p.add_argument("--out", default="runs/acting_cost.json")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     results = {}
     for name in args.agents:
-        results[name] = acting_costs(AGENTS[name], args.envs, args.at, args.block, args.rounds)
+        results[name] = acting_costs(
+            AGENTS[name], args.envs, args.at, args.block, args.rounds, args.device
+        )
         print(f"# {name}: " + ", ".join(f"{v:.3f} ms" for v in results[name].values()), flush=True)
     at = sorted(args.at)
     head = " | ".join(f"step {a:,}" for a in at)
@@ -99,11 +108,14 @@ def main() -> None:
         to_gru = f"{costs[at[-1]] / results['gru'][at[-1]]:.2f}" if "gru" in results else "-"
         rows.append(f"| {name} | {cells} | {costs[at[-1]] / costs[at[0]]:.2f} | {to_gru} |")
     text = "\n".join(rows)
-    print(f"ms per acting step for {args.envs} envs (median of {args.rounds} x {args.block} steps)")
+    where = f"{args.envs} envs on {args.device}"
+    print(f"ms per acting step for {where} (median of {args.rounds} x {args.block} steps)")
     print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     facts = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__}
+    if torch.device(args.device).type == "cuda":
+        facts["gpu"] = torch.cuda.get_device_name()
     out.write_text(json.dumps({"args": vars(args), "facts": facts, "ms": results}, indent=1))
 
 

@@ -132,7 +132,8 @@ class TrainerRunner(Runner):
 
     def __init__(self, name: str, runner: Runner, compile: bool) -> None:
         model = runner.model
-        loss = compiled(model.loss) if compile else model.loss
+        device = next(model.parameters()).device
+        loss = compiled(model.loss, device=device) if compile else model.loss
         super().__init__(name, lambda batch: loss(batch)[0], model, 0.25)
         self.optimizer = None  # the learner's
         self.learner = Learner(

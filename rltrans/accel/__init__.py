@@ -68,15 +68,15 @@ class Accel:
         """Context for one learner step: sets (and while measuring, times) the thread plan."""
         return tuned(self.threads)
 
-    def program(self, fn: Callable) -> Callable:
-        """``fn`` as it should run now: compiled (compiled at its first call and kept) when
-        compiling, else eager. Eager while the thread plan is still measured: compiled
-        kernels keep the thread count they were built with."""
+    def program(self, fn: Callable, device: Any = "cpu") -> Callable:
+        """``fn`` as it should run now (on ``device``): compiled (compiled at its first call
+        and kept) when compiling, else eager. Eager while the thread plan is still measured:
+        compiled kernels keep the thread count they were built with."""
         if not self.compiling or self.trialing_threads:
             return fn
         program = self._programs.get(fn)  # bound methods compare by object and function
         if program is None:
-            program = self._programs[fn] = compiled(fn)
+            program = self._programs[fn] = compiled(fn, device=device)
         return program
 
     def gradient(
@@ -87,7 +87,7 @@ class Accel:
         metrics and per-token aux values of the whole minibatch."""
         plan = self.threads.plan if self.threads is not None else None
         return self._parts.accumulate(
-            self.program(loss_fn),
+            self.program(loss_fn, learner.device_type),
             batch,
             learner,
             count=part_count(batch, self.chunk_bytes),

@@ -54,10 +54,15 @@ OPTIONS: dict[str, Any] = {"cpp_wrapper": True, **KERNEL_OPTIONS}
 AOTI = torch.torch_version.TorchVersion(torch.__version__) >= (2, 6)
 
 
-def compiled(fn: Callable, *, fullgraph: bool = False) -> Callable:
-    """``torch.compile(fn)`` with rltrans' options: static shapes, the C++ wrapper, torch's
-    own random ops."""
-    return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=dict(OPTIONS))
+def compiled(fn: Callable, *, fullgraph: bool = False, device: Any = "cpu") -> Callable:
+    """``torch.compile(fn)`` with rltrans' options: static shapes, torch's own random ops and,
+    for a program on the CPU, the C++ wrapper."""
+    # The C++ wrapper saves the Python wrapper's per-call overhead, which on CPU is paid on
+    # the critical path. On CUDA, kernel launches are asynchronous and hide it, and the C++
+    # wrapper failed to build a backward graph on torch 2.11 ("CudaKernelParamCache not
+    # populated"), so CUDA programs keep the Python wrapper.
+    options = dict(OPTIONS) if torch.device(device).type == "cpu" else dict(KERNEL_OPTIONS)
+    return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=options)
 
 
 _NOTICES: set[str] = set()  # one-line notices already given in this process
@@ -150,7 +155,7 @@ class AheadOfTime:
                 first = str(err).strip().splitlines()[0] if str(err).strip() else ""
                 _report(f"compile: AOTInductor failed ({type(err).__name__}: {first[:200]}); "
                         f"the acting step uses torch.compile")  # fmt: skip
-        fn = compiled(self.fn, fullgraph=True)
+        fn = compiled(self.fn, fullgraph=True, device="cpu" if on_cpu else "cuda")
         return lambda args, leaves: fn(*args)
 
     def _ahead_of_time(self, args: tuple, spec: Any, leaves: list[torch.Tensor]) -> Callable:

@@ -105,7 +105,9 @@ class GRUGate(nn.Module):
         r = torch.sigmoid(wr + ur)
         z = torch.sigmoid(wz + uz + self.bias_z)
         h = torch.tanh(wg + self.u_g(r * x))
-        return torch.lerp(x, h, z)  # (1 - z) * x + z * h
+        # lerp takes one dtype: under autocast h and z come out of bfloat16 matmuls while the
+        # residual stream x stays float32, so the gate mixes in x's dtype.
+        return torch.lerp(x, h.to(x.dtype), z.to(x.dtype))  # (1 - z) * x + z * h
 
 
 def build_gate(name: GateName, dim: int, *, gate_bias: float = 2.0) -> nn.Module:

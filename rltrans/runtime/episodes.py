@@ -44,10 +44,11 @@ from rltrans.types import ActingPolicy, ActOutput, Tree
 
 def final_observations(info: dict[str, Any], obs: Any) -> Any:
     """The observation batch with rows of ended envs replaced by their true final observation."""
-    final, mask = info["final_obs"], np.asarray(info["_final_obs"])
-    if isinstance(final, torch.Tensor):  # torch-native envs: already a batched tensor
-        keep = torch.as_tensor(mask, device=final.device).view(-1, *[1] * (final.dim() - 1))
-        return torch.where(keep, final, obs)
+    final = info["final_obs"]
+    if isinstance(final, torch.Tensor):  # torch-native envs: batched tensors on their device
+        keep = torch.as_tensor(info["_final_obs"], device=final.device)
+        return torch.where(keep.view(-1, *[1] * (final.dim() - 1)), final, obs)
+    mask = np.asarray(info["_final_obs"])
 
     def replace(batch: Any, rows: list) -> Any:
         if isinstance(batch, dict):

@@ -104,7 +104,7 @@ def run_chunks(stack, x, chunk, starts=None):
 
 
 def run_steps(stack, x, starts=None):
-    state, outs = stack.initial_state(x.shape[0], dtype=x.dtype), []
+    state, outs = stack.initial_state(x.shape[0], device=x.device, dtype=x.dtype), []
     for t in range(x.shape[1]):
         y, state, _ = stack.step(x[:, t], state, None if starts is None else starts[:, t])
         outs.append(y)
@@ -232,3 +232,20 @@ def test_errors_name_the_bad_value_and_the_valid_ones():
         make(memory=0)
     with pytest.raises(ValueError, match="Universal Transformer takes long_memory=none"):
         build_backbone("universal", D, None, H, M, long_memory="linear")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_linear_memory_on_cuda_matches_cpu_and_acts_as_it_trains_under_bf16_autocast():
+    stack, x = make().float(), seq().float()
+    starts = torch.zeros(3, T, dtype=torch.bool)
+    starts[1, 6] = True
+    want, _ = run_steps(stack, x, starts)
+    stack, x, starts = stack.cuda(), x.cuda(), starts.cuda()
+    whole = stack(x, stack.empty_memory(3, device="cuda"), starts=starts).hidden
+    stepped, _ = run_steps(stack, x, starts)
+    torch.testing.assert_close(whole.cpu(), want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(stepped.cpu(), want, rtol=1e-4, atol=1e-4)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        half = stack(x, stack.empty_memory(3, device="cuda"), starts=starts).hidden
+    assert half.isfinite().all()
+    torch.testing.assert_close(half.float().cpu(), want, rtol=0.1, atol=0.1)
