@@ -19,6 +19,7 @@ from rltrans.runtime.actors import LocalActor
 PPO = {"epochs": 1, "num_minibatches": 2, "clip_coef": 0.2, "vf_clip_coef": 0.2}
 PPO |= {"ent_coef": 0.01, "vf_coef": 0.5, "normalize_advantages": True}
 CASES = [(b, "none") for b in BACKBONES] + [(b, "linear") for b in ("gtrxl", "trxl", "trxl_i")]
+CASES += [("gtrxl", "delta")]
 
 
 def rollout(backbone: str, long_memory: str, device: str = "cpu"):

@@ -23,6 +23,19 @@ the window has forgotten. Kinds are chosen by name (``BlockConfig.long_memory``)
   starts from the state stored when it was acted (stop-gradient, like an RNN's state), and
   computes its steps in parallel from the closed form of the recurrence (:meth:`forward`),
   which equals stepping it (:meth:`step`).
+* ``delta``: the same carried state written by the gated delta rule (Schlag et al. 2021,
+  "Linear Transformers Are Secretly Fast Weight Programmers"; with a decay, Yang et al. 2025,
+  "Gated Delta Networks"): each step overwrites what the state recalls for its key instead of
+  adding to it, so a step seen again and again (a corridor) writes itself once and leaves the
+  rest of the state, a cue seen once, in place. With unit-length q and k::
+
+      q_t = W_q x_t / |W_q x_t|,  k_t = W_k x_t / |W_k x_t|,  v_t = W_v x_t,  beta_t, gamma
+      u_t = beta_t (v_t - gamma S_{t-1}^T k_t)      what step t writes
+      S_t = gamma S_{t-1} + k_t u_t^T,   r_t = S_t^T q_t
+
+  A segment's u_t are the solution of one unit lower-triangular system (the recurrence solved
+  for all steps at once), so training is parallel over the segment as for ``linear``. The
+  state has the same layout as ``linear``'s, with z unused (zero).
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-LongMemoryName = Literal["none", "linear"]
+LongMemoryName = Literal["none", "linear", "delta"]
 LONG_MEMORIES: tuple[str, ...] = get_args(LongMemoryName)
 EPS = 1e-6  # keeps the normaliser away from 0 (q . z > 0 always: phi > 0, beta > 0)
 FIRST_SCALE, SCALE_STEP = 16.0, 8.0  # head h forgets over ~16 * 8^h steps at initialisation
@@ -130,11 +143,71 @@ class LinearMemory(nn.Module):
         return self.out(read.flatten(-2)), LinearState(S, z)
 
 
+class DeltaMemory(LinearMemory):
+    """The ``delta`` long memory of one block (see the module docstring)."""
+
+    def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Unit q, k, v (..., H, d) and beta (..., H) of inputs x (..., D), in float32 or
+        wider: the delta rule subtracts recalled values, which bfloat16 would round away."""
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        qkv, write = self.qkv(x).to(dtype).split((3 * self.dim, self.heads), dim=-1)
+        q, k, v = qkv.unflatten(-1, (3, self.heads, self.head_dim)).unbind(-3)
+        return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(write)
+
+    def forward(
+        self, x: Tensor, state: LinearState, starts: Tensor | None = None
+    ) -> tuple[Tensor, LinearState]:
+        """A segment x (B, L, D) after ``state`` (B, ...); starts (B, L) bool marks episode
+        starts. Returns the read-out (B, L, D) and the state after the segment."""
+        b, length, _ = x.shape
+        q, k, v, beta = self._project(x)  # (B, L, H, d) x3, (B, L, H)
+        q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # heads first
+        dtype = q.dtype
+        S0 = state.S.to(dtype)
+        log_gamma = F.logsigmoid(self.retention).to(dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
+        steps = torch.arange(length, device=x.device)
+        if starts is None:
+            starts = torch.zeros(b, length, dtype=torch.bool, device=x.device)
+        episode = torch.cumsum(starts.long(), dim=1)  # (B, L) episode index in the segment
+        # decay[t, s] = gamma^(t - s) for s <= t in one episode
+        same = (episode[:, :, None] == episode[:, None, :]) & (steps[:, None] >= steps[None, :])
+        lag = (steps[:, None] - steps[None, :]).clamp(min=0).to(dtype)  # (L, L)
+        decay = torch.exp(lag * log_gamma) * same[:, None].to(dtype)  # (B, H, L, L)
+        alive = (episode == 0).to(dtype)[:, None, :, None]  # (B, 1, L, 1)
+        carry = torch.exp((steps + 1).to(dtype).view(1, 1, -1, 1) * log_gamma) * alive
+        # u_t + beta_t sum_{s<t} decay[t,s] (k_t . k_s) u_s = beta_t (v_t - carry_t S0^T k_t)
+        known = torch.tril(decay * (k @ k.transpose(-1, -2)), diagonal=-1)  # (B, H, L, L)
+        system = torch.eye(length, dtype=dtype, device=x.device) + beta.unsqueeze(-1) * known
+        rhs = beta.unsqueeze(-1) * (v - carry * (k @ S0))  # (B, H, L, d)
+        u = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+        read = carry * (q @ S0) + (decay * (q @ k.transpose(-1, -2))) @ u  # (B, H, L, d)
+        last = decay[:, :, -1].unsqueeze(-1)  # (B, H, L, 1): each step's weight at the end
+        S = carry[:, :, -1:] * S0 + (k * last).transpose(-1, -2) @ u
+        new = LinearState(S.to(state.S.dtype), torch.zeros_like(state.z))
+        return self.out(read.transpose(1, 2).flatten(-2).to(x.dtype)), new
+
+    def step(self, x: Tensor, state: LinearState) -> tuple[Tensor, LinearState]:
+        """One acting step x (N, D) after ``state`` (N, ...) (reset by the caller where an
+        episode starts): the read-out (N, D) and the new state."""
+        q, k, v, beta = self._project(x)  # (N, H, d) x3, (N, H)
+        gamma = self.gamma().to(q.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
+        S = gamma * state.S.to(q.dtype)
+        recalled = (k.unsqueeze(-2) @ S).squeeze(-2)  # (N, H, d) = (gamma S_{t-1})^T k_t
+        u = beta.unsqueeze(-1) * (v - recalled)
+        S = S + k.unsqueeze(-1) * u.unsqueeze(-2)
+        read = (q.unsqueeze(-2) @ S).squeeze(-2)  # (N, H, d)
+        new = LinearState(S.to(state.S.dtype), torch.zeros_like(state.z))
+        return self.out(read.flatten(-2).to(x.dtype)), new
+
+
+MODULES: dict[str, type[LinearMemory]] = {"linear": LinearMemory, "delta": DeltaMemory}
+
+
 def build_long_memory(name: LongMemoryName, dim: int, heads: int) -> LinearMemory | None:
     """The long-memory module of a block, or None for ``none``."""
     if name not in LONG_MEMORIES:
         raise ValueError(f"unknown long memory {name!r}; valid choices: {', '.join(LONG_MEMORIES)}")
-    return LinearMemory(dim, heads) if name == "linear" else None
+    return MODULES[name](dim, heads) if name != "none" else None
 
 
 def time_scales(module: LinearMemory) -> Tensor:
