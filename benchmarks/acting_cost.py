@@ -2,18 +2,19 @@
 
 Each agent is built from its shipped config (``agent=gtrxl``, ``agent=gtrxl
 agent.long_memory=linear``, ``agent=gru``, ...) for passive_tmaze's spaces and acts N envs
-through one episode that never ends, one step at a time, as a rollout does (eager, no
-gradient). Blocks of ``--block`` steps are timed starting at the episode steps given by
-``--at`` (default 10, 1,000 and 100,000; every step in between is acted too, so the state is
-the one a real episode of that length leaves). Each block is timed ``--rounds`` times in a
-row and its median kept.
+through one episode that never ends, one step at a time, as a rollout does (no gradient;
+eager, or with ``--compiled`` through the compiled acting step that ``compile=true`` uses).
+Blocks of ``--block`` steps are timed starting at the episode steps given by ``--at``
+(default 10, 1,000 and 100,000; every step in between is acted too, so the state is the one
+a real episode of that length leaves). Each block is timed ``--rounds`` times in a row and
+its median kept.
 
 Printed: one markdown table (agent, then ms per acting step for all N envs at each episode
 step, the ratio of the last to the first, and the ratio to the GRU at the same step), also
 written as JSON to ``--out``.
 
-    python benchmarks/acting_cost.py [--agents gtrxl gtrxl_linear gru] [--envs 16]
-                                     [--at 10 1000 100000] [--block 200] [--device cpu]
+    python benchmarks/acting_cost.py [--agents gtrxl gtrxl_linear gtrxl_delta gru] [--envs 16]
+                                     [--at 10 1000 100000] [--block 200] [--device cpu] [--compiled]
                                      [--out runs/acting.json]
 """
 
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from rltrans.accel.acting import compiled_acting
 from rltrans.config import load_config
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.registry import build_agent
@@ -35,6 +37,7 @@ from rltrans.registry import build_agent
 AGENTS: dict[str, list[str]] = {
     "gtrxl": ["agent=gtrxl"],
     "gtrxl_linear": ["agent=gtrxl", "agent.long_memory=linear"],
+    "gtrxl_delta": ["agent=gtrxl", "agent.long_memory=delta"],
     "gru": ["agent=gru"],
     "lstm": ["agent=lstm"],
 }
@@ -42,7 +45,13 @@ AGENTS: dict[str, list[str]] = {
 
 @torch.no_grad()
 def acting_costs(
-    overrides: list[str], envs: int, at: list[int], block: int, rounds: int, device: str = "cpu"
+    overrides: list[str],
+    envs: int,
+    at: list[int],
+    block: int,
+    rounds: int,
+    device: str = "cpu",
+    compiled: bool = False,
 ) -> dict[int, float]:
     """ms per acting step (all envs) in blocks starting at each episode step in ``at``."""
     cfg = load_config(["env=passive_tmaze", *overrides], "train")
@@ -50,6 +59,9 @@ def acting_costs(
     torch.manual_seed(0)
     agent = build_agent(cfg.agent, env.single_observation_space, env.single_action_space)
     agent = agent.to(device).eval()
+    # compiled: the transformer stacks act through their compiled step (as compile=true and
+    # compile=auto runs do); the LSTM/GRU have none and act eagerly either way
+    actor = (compiled_acting(agent) if compiled else None) or agent
     shape = env.single_observation_space.shape
     observations = torch.rand(64, envs, *shape, device=device)  # drawn before the clock starts
     state = agent.initial_state(envs)  # on the agent's device
@@ -62,7 +74,7 @@ def acting_costs(
         nonlocal state, step
         for _ in range(n):
             done = first if step == 0 else later
-            _, state = agent.act(observations[step % 64], state, done)
+            _, state = actor.act(observations[step % 64], state, done)
             step += 1
 
     for start in sorted(at):
@@ -81,20 +93,26 @@ def acting_costs(
 def main() -> None:
     """Time every agent, print the table, write the JSON."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--agents", nargs="+", choices=list(AGENTS), default=list(AGENTS)[:3])
+    p.add_argument(
+        "--agents",
+        nargs="+",
+        choices=list(AGENTS),
+        default=["gtrxl", "gtrxl_linear", "gtrxl_delta", "gru"],
+    )
     p.add_argument("--envs", type=int, default=16)
     p.add_argument("--at", nargs="+", type=int, default=[10, 1_000, 100_000])
     p.add_argument("--block", type=int, default=200, help="steps per timed block")
     p.add_argument("--rounds", type=int, default=3, help="timed blocks in a row per point")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu", help="where the agent acts (cpu, cuda)")
+    p.add_argument("--compiled", action="store_true", help="act through the compiled step")
     p.add_argument("--out", default="runs/acting_cost.json")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     results = {}
     for name in args.agents:
         results[name] = acting_costs(
-            AGENTS[name], args.envs, args.at, args.block, args.rounds, args.device
+            AGENTS[name], args.envs, args.at, args.block, args.rounds, args.device, args.compiled
         )
         print(f"# {name}: " + ", ".join(f"{v:.3f} ms" for v in results[name].values()), flush=True)
     at = sorted(args.at)
@@ -108,7 +126,7 @@ def main() -> None:
         to_gru = f"{costs[at[-1]] / results['gru'][at[-1]]:.2f}" if "gru" in results else "-"
         rows.append(f"| {name} | {cells} | {costs[at[-1]] / costs[at[0]]:.2f} | {to_gru} |")
     text = "\n".join(rows)
-    where = f"{args.envs} envs on {args.device}"
+    where = f"{args.envs} envs on {args.device}{', compiled' if args.compiled else ''}"
     print(f"ms per acting step for {where} (median of {args.rounds} x {args.block} steps)")
     print(text)
     out = Path(args.out)

@@ -62,6 +62,7 @@ AGENTS: dict[str, list[str]] = {
     "gtrxl": ["agent=gtrxl", FIXED],
     "gtrxl_fit": ["agent=gtrxl"],
     "gtrxl_linear": ["agent=gtrxl", FIXED, "agent.long_memory=linear"],
+    "gtrxl_delta": ["agent=gtrxl", FIXED, "agent.long_memory=delta"],
     "gtrxl_long": ["agent=gtrxl", FIXED, "agent.memory=128", "algo.segment_length=64"],
     "lstm": ["agent=lstm", FIXED],
     "gru": ["agent=gru", FIXED],

@@ -21,12 +21,12 @@ def fitted(*overrides):
     return fit_horizon(load_config(list(overrides), "train"))
 
 
-def test_auto_fits_the_tmaze_corridor_and_goes_linear_beyond_the_window_cap():
+def test_auto_fits_the_tmaze_corridor_and_goes_delta_beyond_the_window_cap():
     cfg = fitted("env.kwargs.length=100")  # time limit 2 x (100 + 1)
     assert (cfg.agent.horizon, cfg.agent.memory, cfg.agent.long_memory) == (202, 202, "none")
     assert cfg.algo.segment_length == 128
     cfg = fitted("env.kwargs.length=300")
-    assert (cfg.agent.memory, cfg.agent.long_memory) == (AUTO_WINDOW_CAP, "linear")
+    assert (cfg.agent.memory, cfg.agent.long_memory) == (AUTO_WINDOW_CAP, "delta")
     cfg = fitted("env=passive_tmaze", "env.kwargs.length=8")  # short: defaults stay
     assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (9, 32, 16)
 

@@ -11,7 +11,8 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   every layer reaches back D steps in one attention hop up to 256 steps (a query reads the
   stored input of the step it needs, with no hop through intermediate steps that a stopped
   gradient could not teach to carry it); beyond 256 steps ``agent.long_memory`` becomes
-  ``linear`` (the whole episode at O(1) acting cost per step), unless one is set.
+  ``delta`` (the whole episode at O(1) acting cost per step, and steps repeated for hundreds
+  of steps do not wash out what it holds), unless one is set.
 * transformer stacks and LSTM/GRU: ``algo.segment_length`` becomes at least the shortest
   divisor of ``algo.num_steps`` that spans D steps (the whole rollout at most): gradients
   flow through D steps of one segment. PPO keeps at least ``algo.num_minibatches`` segments
@@ -30,7 +31,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-AUTO_WINDOW_CAP = 256  # the longest window horizon sets; beyond it, the linear long memory
+AUTO_WINDOW_CAP = 256  # the longest window horizon sets; beyond it, the delta long memory
+AUTO_LONG_MEMORY = "delta"
 STACKS = ("gtrxl", "trxl", "trxl_i")
 RECURRENT = ("lstm", "gru")
 
@@ -71,7 +73,7 @@ def fit_horizon(cfg: DictConfig) -> DictConfig:
     if backbone in STACKS:
         changes["agent.memory"] = max(agent.memory, min(distance, AUTO_WINDOW_CAP))
         if distance > AUTO_WINDOW_CAP and agent.get("long_memory", "none") == "none":
-            changes["agent.long_memory"] = "linear"
+            changes["agent.long_memory"] = AUTO_LONG_MEMORY
     if "segment_length" in algo and "num_steps" in algo:
         span = spanning_segment(distance, algo.num_steps)
         if algo.get("kind") == "online":  # keep algo.num_minibatches' segments per update
