@@ -380,3 +380,38 @@ def test_the_compile_switch_swaps_the_acting_policy_from_outside_the_agent():
     accel.use_compiled(False)
     assert [a.policy for a in actors] == [agent, agent, lstm]
     assert not any(isinstance(v, CompiledActing | AheadOfTime) for v in vars(agent).values())
+
+
+def test_the_delta_memory_compiles_to_the_eager_acting_step_and_update():
+    """The delta rule's acting step (AOTInductor) and its training segment (a triangular solve
+    under torch.compile) give what eager gives."""
+    cfg = load_config([*TINY, "agent.layers=2", "agent.long_memory=delta"])
+    envs = make_env(cfg.env, seed=0)
+    torch.manual_seed(0)
+    agent = build_agent(cfg.agent, envs.single_observation_space, envs.single_action_space)
+    for block in agent.backbone.blocks:
+        nn.init.normal_(block.long.out.weight, std=0.5)
+    fast = CompiledActing(copy.deepcopy(agent).eval())
+    shape = envs.single_observation_space.shape
+    obs, dones = torch.randn(6, envs.num_envs, *shape), torch.rand(6, envs.num_envs) < 0.2
+    s_eager, s_fast = agent.initial_state(envs.num_envs), fast.initial_state(envs.num_envs)
+    with torch.no_grad():
+        for o, done in zip(obs, dones, strict=True):
+            out_eager, s_eager = agent.eval().act(o, s_eager, done, deterministic=True)
+            out_fast, s_fast = fast.act(o, s_fast, done, deterministic=True)
+            torch.testing.assert_close(out_fast.value, out_eager.value, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(s_fast.long[0], s_eager.long[0], rtol=1e-5, atol=1e-5)
+    agent.train()
+    buffer = RolloutBuffer(cfg.algo.num_steps, envs.num_envs, cfg.algo.segment_length, "cpu")
+    actor = LocalActor(envs, agent, seed=0, device="cpu")
+    actor.collect(buffer)
+    buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
+    twin = copy.deepcopy(agent)
+    results = []
+    for model, compile in ((agent, False), (twin, True)):
+        accel = Accel()
+        accel.use_compiled(compile)
+        learner = PPOLearner(model, ppo=PPO, lr=1e-3, total_updates=2, accel=accel)
+        results.append(learner.update(buffer, torch.Generator().manual_seed(0)))
+    for k in results[0]:
+        torch.testing.assert_close(results[1][k], results[0][k], rtol=1e-4, atol=1e-5)
