@@ -1,5 +1,7 @@
 """Acting loop, rollout buffer and PPO learner together: replay fidelity, autoreset, truncation."""
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -173,3 +175,34 @@ def test_dict_observations_flow_through_the_buffer():
     (batch,) = buffer.minibatches(1)
     log_prob, _, _, _ = agent.evaluate(batch.segment)
     torch.testing.assert_close(log_prob, batch.log_probs, atol=1e-5, rtol=0)
+
+
+def test_min_advantage_std_keeps_near_zero_advantages_small():
+    """After an update on real advantages, one on a rollout whose advantages are all ~0 (a
+    corridor without reward): standardising scales that noise up to the size of the real
+    signal and moves the weights by it; with ``min_advantage_std`` the weights end where
+    advantages of exactly 0 leave them (Adam's momentum moves both alike)."""
+    envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
+    torch.manual_seed(0)
+    agent = small_agent(envs, "mlp")
+    buffer = RolloutBuffer(32, 4, 8, "cpu")
+    actor = LocalActor(envs, agent, seed=0, device="cpu")
+    actor.collect(buffer)
+    buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
+    real = buffer.advantages.clone()
+    noise = torch.randn_like(real) * 1e-4  # no signal
+    weights = {}
+    for name, floor, second in (
+        ("zero", 0.0, noise * 0),
+        ("raw", 0.0, noise),
+        ("floor", 1.0, noise),
+    ):
+        model = copy.deepcopy(agent)
+        ppo = {**PPO, "ent_coef": 0.0, "vf_coef": 0.0, "min_advantage_std": floor}
+        learner = PPOLearner(model, ppo=ppo, lr=1e-3, total_updates=2, anneal_lr=False)
+        for advantages in (real, second):
+            buffer.advantages = advantages
+            learner.update(buffer)
+        weights[name] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    by_noise = (weights["raw"] - weights["zero"]).norm()
+    assert (weights["floor"] - weights["zero"]).norm() < 0.01 * by_noise

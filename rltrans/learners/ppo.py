@@ -25,6 +25,9 @@ class PPOLearner(Learner):
         self.target_kl = ppo.get("target_kl")
         # Advantages are standardised over the whole minibatch in update(), before any split.
         self.normalize_advantages = ppo["normalize_advantages"]
+        # divide by max(std, this): a minibatch whose advantages are all near 0 (no reward in
+        # it, e.g. the corridor of a long T-maze) keeps them small instead of scaling noise up
+        self.min_advantage_std = float(ppo.get("min_advantage_std", 0.0))
         self.loss_kwargs = {k: ppo[k] for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef")}
         self.loss_kwargs["normalize_advantages"] = False
         # Per-token aux values of the last update, flattened (e.g. ponder steps), for histograms.
@@ -61,7 +64,8 @@ class PPOLearner(Learner):
             kls = []
             for batch in buffer.minibatches(self.num_minibatches, generator):
                 if self.normalize_advantages:
-                    batch = replace(batch, advantages=standardize(batch.advantages, batch.mask))
+                    advantages = standardize(batch.advantages, batch.mask, self.min_advantage_std)
+                    batch = replace(batch, advantages=advantages)
                 with self.accel.step():
                     metrics, aux = self.accel.gradient(self.minibatch_loss, batch, self)
                     metrics["grad_norm"] = self.apply_gradients()
