@@ -5,7 +5,7 @@ import yaml
 
 from rltrans import evaluate, train
 from rltrans.config import load_config
-from rltrans.trainers.horizon import AUTO_WINDOW_CAP, fit_horizon, spanning_segment
+from rltrans.trainers.horizon import fit_horizon, spanning_segment
 
 
 @pytest.mark.parametrize(
@@ -25,8 +25,13 @@ def test_auto_fits_the_tmaze_corridor_and_goes_delta_beyond_the_window_cap():
     cfg = fitted("env.kwargs.length=100")  # time limit 2 x (100 + 1)
     assert (cfg.agent.horizon, cfg.agent.memory, cfg.agent.long_memory) == (202, 202, "none")
     assert cfg.algo.segment_length == 128
-    cfg = fitted("env.kwargs.length=300")
-    assert (cfg.agent.memory, cfg.agent.long_memory) == (AUTO_WINDOW_CAP, "delta")
+    cfg = fitted("env.kwargs.length=300")  # beyond the cap: the window stays, delta beyond it
+    assert (cfg.agent.memory, cfg.agent.long_memory, cfg.algo.segment_length) == (32, "delta", 32)
+    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 602), 0.05)
+    cfg = fitted("env.kwargs.length=300", "agent.long_memory=linear", "algo.gamma=0.9999")
+    assert (cfg.agent.long_memory, cfg.algo.gamma) == ("linear", 0.9999)  # nothing lowered
+    cfg = fitted("env.kwargs.length=100")
+    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (0.99, 0.01)  # within the cap: as configured
     cfg = fitted("env=passive_tmaze", "env.kwargs.length=8")  # short: defaults stay
     assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (9, 32, 16)
 

@@ -7,16 +7,22 @@ env's time limit is a truncation budget, not a memory distance (CartPole-v1: 500
 there ``auto`` changes nothing: give ``agent.horizon=<steps>``. An integer D says it
 directly; ``null`` leaves the agent and the algo as configured. For a horizon of D steps:
 
-* transformer stacks (gtrxl, trxl, trxl_i): ``agent.memory`` becomes at least min(D, 256), so
-  every layer reaches back D steps in one attention hop up to 256 steps (a query reads the
-  stored input of the step it needs, with no hop through intermediate steps that a stopped
-  gradient could not teach to carry it); beyond 256 steps ``agent.long_memory`` becomes
-  ``delta`` (the whole episode at O(1) acting cost per step, and steps repeated for hundreds
-  of steps do not wash out what it holds), unless one is set.
-* transformer stacks and LSTM/GRU: ``algo.segment_length`` becomes at least the shortest
-  divisor of ``algo.num_steps`` that spans D steps (the whole rollout at most): gradients
-  flow through D steps of one segment. PPO keeps at least ``algo.num_minibatches`` segments
-  per update (env.num_envs x algo.num_steps / segment_length), so few envs cap the segment.
+* transformer stacks (gtrxl, trxl, trxl_i), D <= 256: ``agent.memory`` becomes at least D,
+  so every layer reaches back D steps in one attention hop (a query reads the stored input of
+  the step it needs, with no hop through intermediate steps that a stopped gradient could not
+  teach to carry it).
+* transformer stacks, D > 256: ``agent.long_memory`` becomes ``delta`` unless one is set (the
+  whole episode at O(1) acting cost per step; steps repeated for hundreds of steps do not
+  wash out what it holds), and the window stays as configured. The task then asks for one
+  decision per D steps, so two learning settings follow it too: ``algo.gamma`` becomes at
+  least 1 - 1/D (a discount horizon over the whole distance: the value of every step depends
+  on the remembered cue once the policy does) and ``algo.ent_coef`` at least 0.05 (the rare
+  decision keeps exploring until the memory is read; at 0.01 PPO settled on one arm first).
+* ``algo.segment_length`` becomes at least the shortest divisor of ``algo.num_steps`` that
+  spans D steps (the whole rollout at most), so gradients flow through D steps of one
+  segment; for a stack with a long memory beyond 256 steps, one that spans its window.
+  PPO keeps at least ``algo.num_minibatches`` segments per update (env.num_envs x
+  algo.num_steps / segment_length), so few envs cap the segment.
 
 Nothing is lowered: a larger ``agent.memory`` or ``algo.segment_length`` on the command line
 stays. The resolved values are what the run saves (its config.yaml and checkpoints), so
@@ -33,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 AUTO_WINDOW_CAP = 256  # the longest window horizon sets; beyond it, the delta long memory
 AUTO_LONG_MEMORY = "delta"
+LONG_ENT_COEF = 0.05  # the entropy bonus at least, beyond the cap
 STACKS = ("gtrxl", "trxl", "trxl_i")
 RECURRENT = ("lstm", "gru")
 
@@ -70,12 +77,19 @@ def fit_horizon(cfg: DictConfig) -> DictConfig:
     else:
         distance = int(horizon)
     changes: dict[str, Any] = {"agent.horizon": distance}
-    if backbone in STACKS:
-        changes["agent.memory"] = max(agent.memory, min(distance, AUTO_WINDOW_CAP))
-        if distance > AUTO_WINDOW_CAP and agent.get("long_memory", "none") == "none":
+    span_steps = distance
+    if backbone in STACKS and distance <= AUTO_WINDOW_CAP:
+        changes["agent.memory"] = max(agent.memory, distance)
+    elif backbone in STACKS:
+        if agent.get("long_memory", "none") == "none":
             changes["agent.long_memory"] = AUTO_LONG_MEMORY
+        span_steps = agent.memory  # the long memory carries the rest
+        if "gamma" in algo:
+            changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
+        if "ent_coef" in algo:
+            changes["algo.ent_coef"] = max(algo.ent_coef, LONG_ENT_COEF)
     if "segment_length" in algo and "num_steps" in algo:
-        span = spanning_segment(distance, algo.num_steps)
+        span = spanning_segment(span_steps, algo.num_steps)
         if algo.get("kind") == "online":  # keep algo.num_minibatches' segments per update
             most = cfg.env.num_envs * algo.num_steps // algo.num_minibatches
             span = max(d for d in range(1, min(span, most) + 1) if algo.num_steps % d == 0)
@@ -96,6 +110,8 @@ def horizon_note(cfg: DictConfig) -> str | None:
         settings += [f"agent.memory={agent.memory}", f"agent.long_memory={long}"]
     if "segment_length" in algo:
         settings.append(f"algo.segment_length={algo.segment_length}")
+    if agent.get("backbone") in STACKS and agent.horizon > AUTO_WINDOW_CAP:
+        settings += [f"algo.gamma={algo.gamma:g}", f"algo.ent_coef={algo.ent_coef:g}"]
     return f"agent.horizon={agent.horizon} steps: {', '.join(settings)}"
 
 
