@@ -218,12 +218,9 @@ class Scaled(nn.Module):
         return self.lin(x) * self.scale
 
 
-def test_compiled_ppo_update_equals_eager_update():
-    """One PPO update (2 epochs x 2 minibatches) on the same rollout, compiled vs eager."""
-    cfg = load_config([*TINY, "agent.layers=2"])
-    envs = make_env(cfg.env, seed=0)
-    torch.manual_seed(0)
-    agent = build_agent(cfg.agent, envs.single_observation_space, envs.single_action_space)
+def eager_and_compiled_update(cfg, envs, agent):
+    """One rollout of ``agent``, then one PPO update of it eager and of a twin compiled:
+    [(metrics, state_dict)] for each."""
     buffer = RolloutBuffer(cfg.algo.num_steps, envs.num_envs, cfg.algo.segment_length, "cpu")
     actor = LocalActor(envs, agent, seed=0, device="cpu")
     actor.collect(buffer)
@@ -236,7 +233,16 @@ def test_compiled_ppo_update_equals_eager_update():
         learner = PPOLearner(model, ppo=PPO, lr=1e-3, total_updates=2, accel=accel)
         metrics = learner.update(buffer, torch.Generator().manual_seed(0))
         results.append((metrics, model.state_dict()))
-    (m_eager, p_eager), (m_fast, p_fast) = results
+    return results
+
+
+def test_compiled_ppo_update_equals_eager_update():
+    """One PPO update (2 epochs x 2 minibatches) on the same rollout, compiled vs eager."""
+    cfg = load_config([*TINY, "agent.layers=2"])
+    envs = make_env(cfg.env, seed=0)
+    torch.manual_seed(0)
+    agent = build_agent(cfg.agent, envs.single_observation_space, envs.single_action_space)
+    (m_eager, p_eager), (m_fast, p_fast) = eager_and_compiled_update(cfg, envs, agent)
     assert m_eager["approx_kl"] > 0  # the second epoch saw changed weights
     for k in m_eager:
         torch.testing.assert_close(m_fast[k], m_eager[k], rtol=1e-4, atol=1e-5)
@@ -401,17 +407,6 @@ def test_the_delta_memory_compiles_to_the_eager_acting_step_and_update():
             out_fast, s_fast = fast.act(o, s_fast, done, deterministic=True)
             torch.testing.assert_close(out_fast.value, out_eager.value, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(s_fast.long[0], s_eager.long[0], rtol=1e-5, atol=1e-5)
-    agent.train()
-    buffer = RolloutBuffer(cfg.algo.num_steps, envs.num_envs, cfg.algo.segment_length, "cpu")
-    actor = LocalActor(envs, agent, seed=0, device="cpu")
-    actor.collect(buffer)
-    buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)
-    twin = copy.deepcopy(agent)
-    results = []
-    for model, compile in ((agent, False), (twin, True)):
-        accel = Accel()
-        accel.use_compiled(compile)
-        learner = PPOLearner(model, ppo=PPO, lr=1e-3, total_updates=2, accel=accel)
-        results.append(learner.update(buffer, torch.Generator().manual_seed(0)))
-    for k in results[0]:
-        torch.testing.assert_close(results[1][k], results[0][k], rtol=1e-4, atol=1e-5)
+    (m_eager, _), (m_fast, _) = eager_and_compiled_update(cfg, envs, agent.train())
+    for k in m_eager:
+        torch.testing.assert_close(m_fast[k], m_eager[k], rtol=1e-4, atol=1e-5)

@@ -98,6 +98,24 @@ class LinearMemory(nn.Module):
         q, k, v = qkv.unflatten(-1, (3, self.heads, self.head_dim)).unbind(-3)
         return feature_map(q), feature_map(k), v, torch.sigmoid(write)
 
+    def _decay(
+        self, starts: Tensor | None, batch: int, length: int, dtype: torch.dtype, device
+    ) -> tuple[Tensor, Tensor]:
+        """Within a segment of ``length`` steps: decay (B, H, L, L), gamma^(t - s) for s <= t
+        in one episode (the weight of step s at t), and carry (B, H, L, 1), gamma^(t + 1)
+        while the segment's first episode runs, else 0 (the weight of the state before it)."""
+        log_gamma = F.logsigmoid(self.retention).to(dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
+        steps = torch.arange(length, device=device)
+        if starts is None:
+            starts = torch.zeros(batch, length, dtype=torch.bool, device=device)
+        episode = torch.cumsum(starts.long(), dim=1)  # (B, L) episode index in the segment
+        same = (episode[:, :, None] == episode[:, None, :]) & (steps[:, None] >= steps[None, :])
+        lag = (steps[:, None] - steps[None, :]).clamp(min=0).to(dtype)  # (L, L)
+        decay = torch.exp(lag * log_gamma) * same[:, None].to(dtype)
+        alive = (episode == 0).to(dtype)[:, None, :, None]  # (B, 1, L, 1)
+        carry = torch.exp((steps + 1).to(dtype).view(1, 1, -1, 1) * log_gamma) * alive
+        return decay, carry
+
     def forward(
         self, x: Tensor, state: LinearState, starts: Tensor | None = None
     ) -> tuple[Tensor, LinearState]:
@@ -106,19 +124,8 @@ class LinearMemory(nn.Module):
         b, length, _ = x.shape
         q, k, v, beta = self._project(x)  # (B, L, H, d) x3, (B, L, H)
         q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # heads first
-        log_gamma = F.logsigmoid(self.retention).to(x.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
-        steps = torch.arange(length, device=x.device)
-        if starts is None:
-            starts = torch.zeros(b, length, dtype=torch.bool, device=x.device)
-        episode = torch.cumsum(starts.long(), dim=1)  # (B, L) episode index in the segment
-        # decay[t, s] = gamma^(t - s) for s <= t in one episode: the weight of step s at t.
-        same = (episode[:, :, None] == episode[:, None, :]) & (steps[:, None] >= steps[None, :])
-        lag = (steps[:, None] - steps[None, :]).clamp(min=0).to(x.dtype)  # (L, L)
-        decay = torch.exp(lag * log_gamma) * same[:, None].to(x.dtype)  # (B, H, L, L)
+        decay, carry = self._decay(starts, b, length, x.dtype, x.device)
         weights = decay * beta[:, :, None, :]  # (B, H, L, L): gamma^(t-s) beta_s
-        # carry[t] = gamma^(t+1) while the segment's first episode runs, else 0.
-        alive = (episode == 0).to(x.dtype)[:, None, :, None]  # (B, 1, L, 1)
-        carry = torch.exp((steps + 1).to(x.dtype).view(1, 1, -1, 1) * log_gamma) * alive
         scores = (q @ k.transpose(-1, -2)) * weights  # (B, H, L, L)
         num = carry * (q @ state.S) + scores @ v  # (B, H, L, d)
         den = carry[..., 0] * (q @ state.z.unsqueeze(-1))[..., 0] + scores.sum(-1)  # (B, H, L)
@@ -164,17 +171,7 @@ class DeltaMemory(LinearMemory):
         q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # heads first
         dtype = q.dtype
         S0 = state.S.to(dtype)
-        log_gamma = F.logsigmoid(self.retention).to(dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
-        steps = torch.arange(length, device=x.device)
-        if starts is None:
-            starts = torch.zeros(b, length, dtype=torch.bool, device=x.device)
-        episode = torch.cumsum(starts.long(), dim=1)  # (B, L) episode index in the segment
-        # decay[t, s] = gamma^(t - s) for s <= t in one episode
-        same = (episode[:, :, None] == episode[:, None, :]) & (steps[:, None] >= steps[None, :])
-        lag = (steps[:, None] - steps[None, :]).clamp(min=0).to(dtype)  # (L, L)
-        decay = torch.exp(lag * log_gamma) * same[:, None].to(dtype)  # (B, H, L, L)
-        alive = (episode == 0).to(dtype)[:, None, :, None]  # (B, 1, L, 1)
-        carry = torch.exp((steps + 1).to(dtype).view(1, 1, -1, 1) * log_gamma) * alive
+        decay, carry = self._decay(starts, b, length, dtype, x.device)
         # u_t + beta_t sum_{s<t} decay[t,s] (k_t . k_s) u_s = beta_t (v_t - carry_t S0^T k_t)
         known = torch.tril(decay * (k @ k.transpose(-1, -2)), diagonal=-1)  # (B, H, L, L)
         system = torch.eye(length, dtype=dtype, device=x.device) + beta.unsqueeze(-1) * known
@@ -183,7 +180,7 @@ class DeltaMemory(LinearMemory):
         read = carry * (q @ S0) + (decay * (q @ k.transpose(-1, -2))) @ u  # (B, H, L, d)
         last = decay[:, :, -1].unsqueeze(-1)  # (B, H, L, 1): each step's weight at the end
         S = carry[:, :, -1:] * S0 + (k * last).transpose(-1, -2) @ u
-        new = LinearState(S.to(state.S.dtype), torch.zeros_like(state.z))
+        new = LinearState(S.to(state.S.dtype), state.z)  # z stays zero: unused by delta
         return self.out(read.transpose(1, 2).flatten(-2).to(x.dtype)), new
 
     def step(self, x: Tensor, state: LinearState) -> tuple[Tensor, LinearState]:
@@ -196,8 +193,7 @@ class DeltaMemory(LinearMemory):
         u = beta.unsqueeze(-1) * (v - recalled)
         S = S + k.unsqueeze(-1) * u.unsqueeze(-2)
         read = (q.unsqueeze(-2) @ S).squeeze(-2)  # (N, H, d)
-        new = LinearState(S.to(state.S.dtype), torch.zeros_like(state.z))
-        return self.out(read.flatten(-2).to(x.dtype)), new
+        return self.out(read.flatten(-2).to(x.dtype)), LinearState(S.to(state.S.dtype), state.z)
 
 
 MODULES: dict[str, type[LinearMemory]] = {"linear": LinearMemory, "delta": DeltaMemory}

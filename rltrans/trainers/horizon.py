@@ -62,8 +62,9 @@ def spanning_segment(distance: int, num_steps: int) -> int:
 
 
 def fit_horizon(cfg: DictConfig) -> DictConfig:
-    """``cfg`` with agent.memory, agent.long_memory and algo.segment_length fitted to
-    ``agent.horizon`` (see the module docstring); agent.horizon becomes the distance used."""
+    """``cfg`` with agent.memory, agent.long_memory, algo.segment_length and, beyond the
+    window cap, algo.gamma and algo.ent_coef fitted to ``agent.horizon`` (see the module
+    docstring); agent.horizon becomes the distance used."""
     agent, algo = cfg.agent, cfg.algo
     horizon = agent.get("horizon")
     backbone = agent.get("backbone")
