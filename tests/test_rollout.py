@@ -206,3 +206,44 @@ def test_min_advantage_std_keeps_near_zero_advantages_small():
         weights[name] = torch.cat([p.detach().flatten() for p in model.parameters()])
     by_noise = (weights["raw"] - weights["zero"]).norm()
     assert (weights["floor"] - weights["zero"]).norm() < 0.01 * by_noise
+
+
+@pytest.mark.parametrize("scope", ["minibatch", "rollout"])
+def test_advantage_scope_standardises_over_the_minibatch_or_the_whole_rollout(scope):
+    """One segment of the rollout holds a large advantage (a rare decision), the others only
+    noise: per minibatch, each noise minibatch is scaled up to unit std; over the rollout, the
+    noise stays small and the whole rollout is standardised once."""
+    envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
+    torch.manual_seed(0)
+    agent = small_agent(envs, "mlp")
+    buffer = RolloutBuffer(32, 4, 8, "cpu")
+    LocalActor(envs, agent, seed=0, device="cpu").collect(buffer)
+    raw = torch.randn(32, 4) * 1e-3
+    raw[:8, 0] = 5.0  # segment 0 of env 0
+    buffer.advantages = raw.clone()
+    ppo = {**PPO, "num_minibatches": 4, "advantage_scope": scope}
+    learner = PPOLearner(agent, ppo=ppo, lr=1e-4, total_updates=1, anneal_lr=False)
+    seen = []
+    loss_of = learner.minibatch_loss
+    learner.minibatch_loss = lambda batch: seen.append(batch.advantages) or loss_of(batch)
+    learner.update(buffer, torch.Generator().manual_seed(0))
+    stds = sorted(float(a.std()) for a in seen)
+    if scope == "minibatch":
+        assert stds == pytest.approx([1.0] * 4, abs=1e-4)
+    else:
+        assert stds[:3] < [0.01] * 3 and stds[3] > 1.0
+        expected = (raw - raw.mean()) / raw.std()
+        got = torch.cat([a.flatten() for a in seen]).sort().values
+        torch.testing.assert_close(got, expected.flatten().sort().values, atol=1e-4, rtol=0)
+
+
+def test_advantage_scope_names_the_valid_values():
+    """A misspelt scope is refused at construction, naming the choices."""
+    envs = make_torch_env("stateless_cartpole", 2)
+    with pytest.raises(ValueError, match=r"advantage_scope='batch'.*minibatch.*rollout"):
+        PPOLearner(
+            small_agent(envs, "mlp"),
+            ppo={**PPO, "advantage_scope": "batch"},
+            lr=1e-4,
+            total_updates=1,
+        )

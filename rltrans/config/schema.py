@@ -78,6 +78,7 @@ def _train_specs() -> dict[str, Spec]:
     from rltrans.envs.gym_vec import make_vector_env
     from rltrans.envs.offline import DATASET_KINDS
     from rltrans.envs.torch_envs import TORCH_ENVS
+    from rltrans.learners.ppo import ADVANTAGE_SCOPES
     from rltrans.registry import registered_agents
 
     gym_hints = typing.get_type_hints(make_vector_env)
@@ -148,6 +149,7 @@ def _train_specs() -> dict[str, Spec]:
         "algo.ent_coef": number(0.0),
         "algo.reconstruction_coef": number(0.0),  # ppo / impala (offline.yaml has no such key)
         "algo.min_advantage_std": number(0.0),
+        "algo.advantage_scope": choice(ADVANTAGE_SCOPES),
         "algo.vf_coef": number(0.0),
         "algo.target_kl": number(0.0, open_low=True, null=True),
         "algo.lr": number(0.0, open_low=True),

@@ -13,6 +13,8 @@ from rltrans.learners.base import Learner, fold_aux
 from rltrans.losses.ppo import ppo_loss, standardize
 from rltrans.types import Aux, PPOBatch
 
+ADVANTAGE_SCOPES = ("minibatch", "rollout")
+
 
 class PPOLearner(Learner):
     """PPO over a rollout: ``epochs`` passes of ``num_minibatches`` shuffled minibatches of
@@ -28,6 +30,13 @@ class PPOLearner(Learner):
         # divide by max(std, this): a minibatch whose advantages are all near 0 (no reward in
         # it, e.g. the corridor of a long T-maze) keeps them small instead of scaling noise up
         self.min_advantage_std = float(ppo.get("min_advantage_std", 0.0))
+        # "minibatch" (PPO2 baselines, CleanRL) or "rollout": one mean and std for the whole
+        # rollout, so a minibatch without the rollout's rare rewards keeps its advantages small
+        self.advantage_scope = ppo.get("advantage_scope", "minibatch")
+        if self.advantage_scope not in ADVANTAGE_SCOPES:
+            raise ValueError(
+                f"algo.advantage_scope={self.advantage_scope!r}: expected one of {ADVANTAGE_SCOPES}"
+            )
         self.loss_kwargs = {k: ppo[k] for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef")}
         self.loss_kwargs["normalize_advantages"] = False
         # Per-token aux values of the last update, flattened (e.g. ponder steps), for histograms.
@@ -60,10 +69,13 @@ class PPOLearner(Learner):
         totals: dict[str, Tensor] = {}
         pieces: dict[str, list[Tensor]] = {}
         count = 0
+        per_minibatch = self.normalize_advantages and self.advantage_scope == "minibatch"
+        if self.normalize_advantages and self.advantage_scope == "rollout":
+            buffer.advantages = standardize(buffer.advantages, None, self.min_advantage_std)
         for epoch in range(self.epochs):
             kls = []
             for batch in buffer.minibatches(self.num_minibatches, generator):
-                if self.normalize_advantages:
+                if per_minibatch:
                     advantages = standardize(batch.advantages, batch.mask, self.min_advantage_std)
                     batch = replace(batch, advantages=advantages)
                 with self.accel.step():
