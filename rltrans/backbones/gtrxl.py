@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from rltrans.backbones.base import BackboneOutput, StepOutput
 from rltrans.core.block import BlockConfig, build_block
-from rltrans.core.long_memory import LinearState
+from rltrans.core.long_memory import STATES, LongState
 from rltrans.core.position import build_input_position
 from rltrans.memory import (
     Memory,
@@ -76,6 +76,11 @@ class TransformerStack(WindowedMemory, nn.Module):
             raise ValueError(
                 f"long_memory={config.long_memory!r} is carried from segment to segment in the "
                 f"stack's memory: it needs memory >= 1, got {memory}"
+            )
+        if config.adaptive_span and memory < 1:
+            raise ValueError(
+                "adaptive_span learns how much of the memory window to read: it needs "
+                f"memory >= 1, got {memory}"
             )
         self.config, self.layers, self.memory = config, layers, memory
         self.dim, self.heads, self.causal = config.dim, config.heads, config.causal
@@ -160,30 +165,56 @@ class TransformerStack(WindowedMemory, nn.Module):
         cut = outputs is not None and self.position_free_queries
         long_before = self._long_before(memory, x)
         for i, block in enumerate(self.blocks):
-            mem_kv = None
+            mem_kv, block_mask = None, mask
             if memory is not None:
                 mem_h = memory.hidden[:, i].detach()  # stop-gradient into memory (Dai et al. 2019)
                 new_hidden.append(last_steps(torch.cat([mem_h, h.detach()], dim=1), m))  # (B, M, D)
-                mem_kv = block.memory_kv(mem_h)
+                keep = self.span_reach(block)  # M, or fewer with an adaptive span
+                mem_kv = block.memory_kv(mem_h[:, m - keep :])
+                block_mask = mask[..., m - keep :]
+            if block.span is not None:
+                block_mask = block.span.segment_mask(block_mask, x.shape[1], self.memory, x.dtype)
             long = None if long_before is None else (long_before[i], starts)
             if cut and i == len(self.blocks) - 1:
-                h, _, long = block(h, mem_kv, mask[:, :, outputs], queries=outputs, long=long)
+                block_mask = block_mask[:, :, outputs]
+                h, _, long = block(h, mem_kv, block_mask, queries=outputs, long=long)
             else:
-                h, _, long = block(h, mem_kv, mask, long=long)
+                h, _, long = block(h, mem_kv, block_mask, long=long)
             new_long.append(long)
         if outputs is not None and not cut:
             h = h[:, outputs]
         out = self.final_norm(h)
+        aux = self.span_aux()
         if memory is None:
-            return BackboneOutput(out, None, {})
+            return BackboneOutput(out, None, aux)
         hidden = torch.stack(new_hidden, dim=1)  # (B, Y, M, D)
         validity = next_window_validity(memory.valid, starts, positions, self.memory)
         long_after = ()
         if self.long_memory:
             long_after = tuple(torch.stack(parts, dim=1) for parts in zip(*new_long, strict=True))
-        return BackboneOutput(out, Memory(hidden, *validity, long_after), {})
+        return BackboneOutput(out, Memory(hidden, *validity, long_after), aux)
 
-    def _long_before(self, memory: Memory | None, x: Tensor) -> list[LinearState] | None:
+    @property
+    def adaptive_span(self) -> bool:
+        """Whether each head learns its attention span (:mod:`rltrans.core.span`)."""
+        return self.config.adaptive_span
+
+    def span_reach(self, block: nn.Module) -> int:
+        """How many of the last M steps ``block`` attends over: M, or with an adaptive span
+        the steps its longest head can still weight (eager only: a compiled step keeps its
+        static M and masks the rest)."""
+        if block.span is None or torch.compiler.is_compiling():
+            return self.memory
+        return block.span.reach(self.memory)
+
+    def span_aux(self) -> dict[str, Tensor]:
+        """``spans`` (Y, H): every head's learned span in steps (with gradient, for the L1
+        cost); empty without an adaptive span."""
+        if not self.adaptive_span:
+            return {}
+        return {"spans": torch.stack([b.span.spans(self.memory) for b in self.blocks])}
+
+    def _long_before(self, memory: Memory | None, x: Tensor) -> list[LongState] | None:
         """Each layer's long-memory state before a segment (stop-gradient: a segment learns
         from the state it was acted with, as an RNN from its stored state); zero where no
         memory is given; None without a long memory."""
@@ -192,7 +223,8 @@ class TransformerStack(WindowedMemory, nn.Module):
         long = memory.long if memory is not None else ()
         if not long:
             long = self._long_state(x.shape[0], x.device, x.dtype, layer_first=False)
-        return [LinearState(*(t[:, i].detach() for t in long)) for i in range(self.layers)]
+        kind = STATES[self.config.long_memory]
+        return [kind(*(t[:, i].detach() for t in long)) for i in range(self.layers)]
 
     @torch.no_grad()
     def step(self, x: Tensor, state: MemoryState, done: Tensor | None = None) -> StepOutput:
@@ -255,12 +287,22 @@ class TransformerStack(WindowedMemory, nn.Module):
         hidden, keys, values, new_long = [], [], [], []
         for i, block in enumerate(self.blocks):
             hidden.append(h)
-            state = LinearState(long[0][i], long[1][i]) if long else None
-            h, k, v, state = block.step(h, window_k[i], window_v[i], mask, contexts[i], state)
+            state = STATES[self.config.long_memory](*(t[i] for t in long)) if long else None
+            wk, wv, block_mask, context = window_k[i], window_v[i], mask, contexts[i]
+            if block.span is not None:  # the window's last K steps, weighted by the span
+                m, keep = self.memory, self.span_reach(block)
+                wk, wv, block_mask = (
+                    wk[:, :, m - keep :],
+                    wv[:, :, m - keep :],
+                    mask[..., m - keep :],
+                )
+                context = block.attn.scheme.crop_context(context, m, keep)
+                block_mask = block.span.step_mask(block_mask, m)
+            h, k, v, state = block.step(h, wk, wv, block_mask, context, state)
             keys.append(k)
             values.append(v)
             new_long.append(state)
         cache = (torch.stack(hidden), torch.stack(keys), torch.stack(values))
         if long:  # plain lists: the compiled step is traced by torch >= 2.4's dynamo
-            cache += (torch.stack([s.S for s in new_long]), torch.stack([s.z for s in new_long]))
+            cache += tuple(torch.stack([s[j] for s in new_long]) for j in range(len(long)))
         return self.final_norm(h), *cache

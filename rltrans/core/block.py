@@ -29,11 +29,12 @@ from torch import Tensor, nn
 from rltrans.core.attention import Kernel, MultiHeadAttention, check_choice
 from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName, build_gate
-from rltrans.core.long_memory import LinearState, LongMemoryName, build_long_memory
+from rltrans.core.long_memory import LongMemoryName, LongState, build_long_memory
 from rltrans.core.position import PositionName, build_attention_position
+from rltrans.core.span import AdaptiveSpan
 
 NormPlacement = Literal["pre", "post"]
-LongInput = tuple[LinearState, "Tensor | None"]  # a long memory's state and the episode starts
+LongInput = tuple[LongState, "Tensor | None"]  # a long memory's state and the episode starts
 NORMS: tuple[str, ...] = get_args(NormPlacement)
 SublayerActivation = Literal["relu", "none"]
 ACTIVATIONS: tuple[str, ...] = get_args(SublayerActivation)
@@ -64,7 +65,10 @@ class BlockConfig:
     sub-layer output; attn_dropout: on the attention weights. kernel: ``sdpa`` or ``math``.
     shaw_max_distance: the clip distance of ``shaw``. max_len: the positions a ``learned``
     table holds. causal: whether a stack's queries see only earlier keys. long_memory: what
-    the attention sub-layer reads beyond its window (:mod:`rltrans.core.long_memory`).
+    the attention sub-layer reads beyond its window (:mod:`rltrans.core.long_memory`);
+    compressed_slots, compression_rate: the ``compressive`` kind's Mc slots and its rate c.
+    adaptive_span, span_ramp: a learned attention span per head with a soft ramp of R steps
+    (:mod:`rltrans.core.span`).
 
     >>> BlockConfig(dim=64, heads=4, gate="residual").norm
     'pre'
@@ -90,6 +94,10 @@ class BlockConfig:
     max_len: int = 1024
     causal: bool = True
     long_memory: LongMemoryName = "none"
+    compressed_slots: int = 64
+    compression_rate: int = 8
+    adaptive_span: bool = False
+    span_ramp: int = 16
 
     def __post_init__(self) -> None:
         for name, valid in block_choices().items():
@@ -99,7 +107,8 @@ class BlockConfig:
                     f"BlockConfig.{name}: unknown {CHOICE_LABELS.get(name, name)} {value!r}; "
                     f"valid choices: {', '.join(valid)}"
                 )
-        for name in ("dim", "heads", "ff_mult", "shaw_max_distance", "max_len"):
+        positive = ("dim", "heads", "ff_mult", "shaw_max_distance", "max_len")
+        for name in (*positive, "compressed_slots", "compression_rate", "span_ramp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"BlockConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.dim % self.heads:
@@ -172,7 +181,10 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(c.dim)
         self.drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.act = nn.ReLU() if c.sublayer_activation == "relu" else nn.Identity()
-        self.long = build_long_memory(c.long_memory, c.dim, c.heads)
+        self.long = build_long_memory(
+            c.long_memory, c.dim, c.heads, slots=c.compressed_slots, rate=c.compression_rate
+        )
+        self.span = AdaptiveSpan(c.heads, c.span_ramp) if c.adaptive_span else None
 
     def attend(
         self,
@@ -181,7 +193,7 @@ class TransformerBlock(nn.Module):
         mask: Tensor | None,
         queries: slice | None,
         long: LongInput | None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor], LinearState | None]:
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LongState | None]:
         """The attention sub-layer on its input x (B, L, D): attention over the window plus,
         with a long memory, its read-out; returns the output, this segment's (k, v) and the
         long-memory state after the segment (None without one)."""
@@ -199,8 +211,8 @@ class TransformerBlock(nn.Module):
         window_v: Tensor,
         mask: Tensor,
         context: Any,
-        long: LinearState | None,
-    ) -> tuple[Tensor, Tensor, Tensor, LinearState | None]:
+        long: LongState | None,
+    ) -> tuple[Tensor, Tensor, Tensor, LongState | None]:
         """The attention sub-layer for one step of N envs (``attend`` with L = 1)."""
         a, k, v = self.attn.step(x, window_k, window_v, mask, context)
         if self.long is None:
@@ -220,7 +232,7 @@ class TransformerBlock(nn.Module):
         *,
         queries: slice | None = None,
         long: LongInput | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor], LinearState | None]:
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LongState | None]:
         """x (B, L, D) -> (B, L, D), the current (k, v) and the long-memory state after the
         segment; memory as in MultiHeadAttention. ``long``: the long memory's state before the
         segment and the episode starts (B, L), for a block that has one.
@@ -236,8 +248,8 @@ class TransformerBlock(nn.Module):
         window_v: Tensor,
         mask: Tensor,
         context: Any = None,
-        long: LinearState | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, LinearState | None]:
+        long: LongState | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, LongState | None]:
         """One acting step x (N, D) -> (N, D) over the cached window, plus this step's key and
         value (see :meth:`MultiHeadAttention.step`) and the long-memory state after it; the
         same math as ``forward`` with L = 1."""
@@ -259,7 +271,7 @@ class PreNormBlock(TransformerBlock):
         *,
         queries: slice | None = None,
         long: LongInput | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor], LinearState | None]:
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LongState | None]:
         """Gated attention then gated MLP, each on a normalised copy of the stream."""
         a, kv, long_state = self.attend(self.norm1(x), memory_kv, mask, queries, long)
         if queries is not None:
@@ -275,8 +287,8 @@ class PreNormBlock(TransformerBlock):
         window_v: Tensor,
         mask: Tensor,
         context: Any = None,
-        long: LinearState | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, LinearState | None]:
+        long: LongState | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, LongState | None]:
         """Gated attention then gated MLP for one step of N envs."""
         a, k, v, long = self.attend_step(self.norm1(x), window_k, window_v, mask, context, long)
         x = self.gate1(x, self.act(self.drop(a)))
@@ -298,7 +310,7 @@ class PostNormBlock(TransformerBlock):
         *,
         queries: slice | None = None,
         long: LongInput | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor], LinearState | None]:
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], LongState | None]:
         """Attention and MLP sub-layers, each followed by gate and LayerNorm."""
         a, kv, long_state = self.attend(x, memory_kv, mask, queries, long)
         if queries is not None:
@@ -314,8 +326,8 @@ class PostNormBlock(TransformerBlock):
         window_v: Tensor,
         mask: Tensor,
         context: Any = None,
-        long: LinearState | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, LinearState | None]:
+        long: LongState | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, LongState | None]:
         """Attention and MLP sub-layers for one step of N envs."""
         a, k, v, long = self.attend_step(x, window_k, window_v, mask, context, long)
         x = self.norm1(self.gate1(x, self.act(self.drop(a))))

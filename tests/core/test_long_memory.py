@@ -1,4 +1,5 @@
-"""The ``linear`` long memory: its paper equations, and the stack invariants with it on."""
+"""The long memories (linear, delta, compressive): their papers' equations, and the stack
+invariants with each on."""
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from rltrans.backbones.gtrxl import TransformerStack
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.core.block import BlockConfig
 from rltrans.core.long_memory import (
+    CompressiveMemory,
     DeltaMemory,
     LinearMemory,
     LinearState,
@@ -19,7 +21,8 @@ from rltrans.learners import PPOLearner
 from rltrans.runtime.actors import LocalActor
 
 D, H, Y, M, T = 16, 4, 2, 2, 14  # window reach Y x M = 4 steps, sequences of 14
-KINDS = ("linear", "delta")
+KINDS = ("linear", "delta", "compressive")
+SLOTS, RATE = 3, 2  # the compressive memory in these tests: 7 blocks in 14 steps, 3 kept
 
 
 def literal(module: LinearMemory, x, S, z, starts):
@@ -76,11 +79,43 @@ def literal_delta(module: DeltaMemory, x, S, starts):
     return module.out(reads), S
 
 
-def loud(module: LinearMemory) -> LinearMemory:
+def literal_compressive(module: CompressiveMemory, x, starts):
+    """Rae et al.'s compression and a softmax read over the newest Mc slots, one batch entry
+    and step at a time from an empty memory, blocks and slots kept as Python lists."""
+    b, length, _ = x.shape
+    d, c = module.head_dim, module.rate
+    w_q, b_q = module.query.weight, module.query.bias
+    w_k, w_v = module.key_value.weight.split((D, D))
+    b_k, b_v = module.key_value.bias.split((D, D))
+    reads = torch.zeros(b, length, D, dtype=x.dtype)
+    for i in range(b):
+        slots, block = [], []
+        for t in range(length):
+            if starts[i, t]:
+                slots, block = [], []
+            q = w_q @ x[i, t] + b_q
+            for h in range(module.heads):
+                rows = slice(h * d, (h + 1) * d)
+                kept = slots[-module.slots :]
+                if kept:
+                    keys = torch.stack([w_k[rows] @ s + b_k[rows] for s in kept])
+                    values = torch.stack([w_v[rows] @ s + b_v[rows] for s in kept])
+                    weights = torch.softmax(keys @ q[rows] / d**0.5, dim=0)
+                    reads[i, t, rows] = weights @ values
+            block.append(x[i, t])
+            if len(block) == c:  # Conv1d with kernel = stride = c over the block's steps
+                w = module.compress.weight
+                slots.append(module.compress.bias + sum(w[:, :, j] @ block[j] for j in range(c)))
+                block = []
+    return module.out(reads)
+
+
+def loud(module):
     """Give the (zero-initialised) read-out weights values, so the memory shows in outputs."""
     torch.manual_seed(3)
     torch.nn.init.normal_(module.out.weight, std=0.5)
-    torch.nn.init.normal_(module.qkv.weight[-module.heads :], std=0.5)
+    if hasattr(module, "qkv"):
+        torch.nn.init.normal_(module.qkv.weight[-module.heads :], std=0.5)
     return module
 
 
@@ -129,6 +164,30 @@ def test_delta_memory_equals_the_literal_delta_rule_in_float64():
     torch.testing.assert_close(state.S, S)
 
 
+def test_compressive_memory_equals_the_literal_compression_in_float64():
+    """Parallel over a segment, stepped, and split into two segments at an odd step (a block
+    in progress and evicted slots carried in the state) all equal the literal loop."""
+    torch.manual_seed(0)
+    module = loud(CompressiveMemory(D, H, slots=SLOTS, rate=3)).double()
+    x = torch.randn(3, T, D, dtype=torch.float64)
+    starts = torch.zeros(3, T, dtype=torch.bool)
+    starts[1, 4], starts[2, 0], starts[2, 11] = True, True, True
+    want = literal_compressive(module, x, starts)
+    got, _ = module(x, module.empty_state(3, dtype=x.dtype), starts)
+    torch.testing.assert_close(got, want)
+    first, state = module(x[:, :5], module.empty_state(3, dtype=x.dtype), starts[:, :5])
+    second, _ = module(x[:, 5:], state, starts[:, 5:])
+    torch.testing.assert_close(torch.cat([first, second], 1), want)
+    stepped, state = [], module.empty_state(3, dtype=x.dtype)
+    for t in range(T):
+        keep = (~starts[:, t]).double()
+        state = type(state)(*(f * keep.view(-1, *[1] * (f.dim() - 1)) for f in state))
+        read, state = module.step(x[:, t], state)
+        stepped.append(read)
+    torch.testing.assert_close(torch.stack(stepped, 1), want)
+    assert want[0, 3:].abs().sum() > 0 and want[0, :3].abs().sum() == 0  # first slot after 3
+
+
 def test_a_repeated_step_does_not_wash_out_what_the_delta_rule_stored():
     """A cue, then 500 identical corridor steps: the delta memory still tells the two cues
     apart at the end about as well as after 20 steps; the additive linear memory has diluted
@@ -156,7 +215,9 @@ def test_heads_start_at_time_scales_16_x_8_to_the_h():
 
 def make(long_memory="linear", memory=M, layers=Y):
     torch.manual_seed(1)
-    config = BlockConfig(dim=D, heads=H, long_memory=long_memory)
+    config = BlockConfig(
+        dim=D, heads=H, long_memory=long_memory, compressed_slots=SLOTS, compression_rate=RATE
+    )
     stack = TransformerStack(config, layers, memory=memory)
     for block in stack.blocks:
         if block.long is not None:
@@ -260,8 +321,8 @@ def test_gradient_stops_at_the_stored_state_and_reaches_the_memory_weights(kind)
     y.sum().backward()
     assert all(t.grad is None for t in memory.long)
     for block in stack.blocks:
-        assert block.long.retention.grad.abs().sum() > 0
-        assert block.long.qkv.weight.grad.abs().sum() > 0
+        for name, weight in block.long.named_parameters():
+            assert weight.grad.abs().sum() > 0, name
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -303,9 +364,13 @@ def test_replay_fidelity_with_the_long_memory(kind):
 
 
 def test_errors_name_the_bad_value_and_the_valid_ones():
-    with pytest.raises(ValueError, match="long memory 'lstm'; valid choices: none, linear, delta"):
+    with pytest.raises(
+        ValueError, match="long memory 'lstm'; valid choices: none, linear, delta, compressive"
+    ):
         build_long_memory("lstm", D, H)
-    with pytest.raises(ValueError, match="long memory 'x'; valid choices: none, linear, delta"):
+    with pytest.raises(
+        ValueError, match="long memory 'x'; valid choices: none, linear, delta, compressive"
+    ):
         BlockConfig(dim=D, heads=H, long_memory="x")
     with pytest.raises(ValueError, match="needs memory >= 1, got 0"):
         make(memory=0)
