@@ -54,6 +54,7 @@ BackboneName = Literal["gtrxl", "trxl", "trxl_i", "universal", "lstm", "gru", "m
 BACKBONES: tuple[str, ...] = get_args(BackboneName)
 DEFAULT_LAYERS = 3  # Y of the stacked backbones when ``layers`` is not given
 DEFAULT_TAU = 0.01  # ponder-cost weight (the Universal Transformer's act_loss_weight)
+DEFAULT_SPAN_COEF = 1e-4  # adaptive-span cost per step of mean span (M=256 at full span: 0.026)
 # Options of the Universal Transformer beyond its BlockConfig (its depth loop and halting).
 UNIVERSAL_OPTIONS = ("max_steps", "halting", "act_epsilon", "halting_bias", "coordinate_scale")
 
@@ -138,6 +139,20 @@ def no_aux(aux: Aux) -> Aux:
     return {}
 
 
+def span_aux(aux: Aux, *, coef: float) -> Aux:
+    """The adaptive span's L1 cost and the learned spans from a stack's ``spans`` (Y, H).
+
+    ``loss_span = coef * mean span`` (in steps; Sukhbaatar et al. 2019); ``span_mean``,
+    ``span_max`` and one ``span_l<layer>_h<head>`` per head are logged (as ``losses/...``).
+    """
+    spans = aux["spans"]
+    out = {"loss_span": coef * spans.mean(), "span_mean": spans.detach().mean()}
+    out["span_max"] = spans.detach().max()
+    for layer, heads in enumerate(spans.detach()):
+        out |= {f"span_l{layer}_h{head}": z for head, z in enumerate(heads)}
+    return out
+
+
 def ponder_aux(aux: Aux, *, tau: float) -> Aux:
     """Ponder loss and halting statistics from a Universal Transformer's (B, L) aux.
 
@@ -164,8 +179,9 @@ class MemoryAgent(nn.Module):
     """Actor-critic with a shared sequence backbone.
 
     ``tau`` weighs the ponder cost of a pondering backbone (``universal``;
-    default 0.01) and is an error for the others. ``horizon`` is the config's record of the
-    distance ``memory`` and the training segments were fitted to (``agent.horizon``, applied
+    default 0.01) and is an error for the others. ``span_coef`` weighs the mean learned span
+    (in steps) of a stack built with ``adaptive_span=True``. ``horizon`` is the config's record
+    of the distance ``memory`` and the training segments were fitted to (``agent.horizon``, applied
     before the agent is built by :mod:`rltrans.trainers.horizon`). ``reconstruction_coef``
     weighs the observation-reconstruction loss; above 0 it builds :attr:`decoder` (built last,
     so the other modules start from the same weights as without it), at 0 nothing.
@@ -190,6 +206,7 @@ class MemoryAgent(nn.Module):
         heads: int = 4,
         memory: int = 64,
         tau: float | None = None,
+        span_coef: float = DEFAULT_SPAN_COEF,
         encoder: dict[str, Any] | None = None,
         normalize_obs: bool = False,
         reconstruction_coef: float = 0.0,
@@ -226,6 +243,10 @@ class MemoryAgent(nn.Module):
             raise ValueError(
                 f"tau (ponder-cost weight) only applies to backbone 'universal', not {backbone!r}"
             )
+        if getattr(self.backbone, "adaptive_span", False):
+            if not 0 <= span_coef < math.inf:
+                raise ValueError(f"span_coef (adaptive-span cost) must be >= 0, got {span_coef}")
+            self.training_aux = partial(span_aux, coef=float(span_coef))
         # Last, so that the modules above draw the same initial weights with it or without.
         coef = reconstruction_coef
         if isinstance(coef, bool) or not isinstance(coef, int | float) or not 0 <= coef < math.inf:

@@ -388,15 +388,33 @@ def test_the_compile_switch_swaps_the_acting_policy_from_outside_the_agent():
     assert not any(isinstance(v, CompiledActing | AheadOfTime) for v in vars(agent).values())
 
 
-def test_the_delta_memory_compiles_to_the_eager_acting_step_and_update():
-    """The delta rule's acting step (AOTInductor) and its training segment (a triangular solve
-    under torch.compile) give what eager gives."""
-    cfg = load_config([*TINY, "agent.layers=2", "agent.long_memory=delta"])
+LONG_OPTIONS = {
+    "delta": ["agent.long_memory=delta"],
+    "compressive": [
+        "agent.long_memory=compressive",
+        "agent.compressed_slots=2",
+        "agent.compression_rate=2",
+    ],
+    "adaptive_span": ["agent.adaptive_span=true", "agent.span_ramp=2"],
+}
+
+
+@pytest.mark.parametrize("kind", list(LONG_OPTIONS))
+def test_the_long_memories_compile_to_the_eager_acting_step_and_update(kind):
+    """The delta rule's, the compressive memory's and the adaptive span's acting step
+    (AOTInductor) and training segment (a triangular solve; masked slot attention; a soft
+    mask over the whole window, where eager cuts it to the spans' reach) under torch.compile
+    give what eager gives."""
+    cfg = load_config([*TINY, "agent.layers=2", *LONG_OPTIONS[kind]])
     envs = make_env(cfg.env, seed=0)
     torch.manual_seed(0)
     agent = build_agent(cfg.agent, envs.single_observation_space, envs.single_action_space)
     for block in agent.backbone.blocks:
-        nn.init.normal_(block.long.out.weight, std=0.5)
+        if block.long is not None:
+            nn.init.normal_(block.long.out.weight, std=0.5)
+        if block.span is not None:  # spans of a quarter to half the window: eager reads less
+            nn.init.uniform_(block.span.fraction, 0.25, 0.5)
+            assert block.span.reach(agent.backbone.memory) < agent.backbone.memory
     fast = CompiledActing(copy.deepcopy(agent).eval())
     shape = envs.single_observation_space.shape
     obs, dones = torch.randn(6, envs.num_envs, *shape), torch.rand(6, envs.num_envs) < 0.2
@@ -406,7 +424,8 @@ def test_the_delta_memory_compiles_to_the_eager_acting_step_and_update():
             out_eager, s_eager = agent.eval().act(o, s_eager, done, deterministic=True)
             out_fast, s_fast = fast.act(o, s_fast, done, deterministic=True)
             torch.testing.assert_close(out_fast.value, out_eager.value, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(s_fast.long[0], s_eager.long[0], rtol=1e-5, atol=1e-5)
+    for fast_part, eager_part in zip(s_fast.long, s_eager.long, strict=True):
+        torch.testing.assert_close(fast_part, eager_part, rtol=1e-5, atol=1e-5)
     (m_eager, _), (m_fast, _) = eager_and_compiled_update(cfg, envs, agent.train())
     for k in m_eager:
         torch.testing.assert_close(m_fast[k], m_eager[k], rtol=1e-4, atol=1e-5)

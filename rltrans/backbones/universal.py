@@ -116,6 +116,11 @@ class UniversalTransformer(WindowedMemory, nn.Module):
                 f"long_memory={config.long_memory!r} is for the gtrxl, trxl and trxl_i stacks; "
                 "the Universal Transformer takes long_memory=none"
             )
+        if config.adaptive_span:
+            raise ValueError(
+                "adaptive_span is for the gtrxl, trxl and trxl_i stacks; the Universal "
+                "Transformer takes adaptive_span=false"
+            )
         dim = config.dim
         self.config, self.memory, self.coordinate_scale = config, memory, coordinate_scale
         self.dim, self.heads, self.causal = dim, config.heads, config.causal

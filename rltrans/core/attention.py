@@ -70,7 +70,9 @@ def attend(
     >>> attend(q, k, v).shape
     torch.Size([2, 4, 8, 16])
     """
-    if kernel == "sdpa" and use_sdpa(q, bias, dropout):
+    if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
+        mask = mask.to(q.dtype)  # an additive mask (e.g. an adaptive span's) under autocast
+    if kernel == "sdpa" and use_sdpa(q, bias, dropout, mask):
         # SDPA accepts either a boolean mask or one float bias: fold them when both are given.
         attn_mask = mask if bias is None else mask_to_bias(mask, bias, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
@@ -78,15 +80,16 @@ def attend(
     return drop_out(probs, dropout) @ v
 
 
-def use_sdpa(q: Tensor, bias: Tensor | None, dropout: float) -> bool:
+def use_sdpa(q: Tensor, bias: Tensor | None, dropout: float, mask: Tensor | None = None) -> bool:
     """Whether SDPA beats the reference math for this call (CPU: benchmarks/attention.py).
 
-    Not for a bias that needs a gradient (xl's relative term in training: SDPA's unfused
-    fallback is slower than the math below), a single query (an acting step: one row of
+    Not for a bias or an additive mask that needs a gradient (xl's relative term and an
+    adaptive span in training: SDPA's unfused fallback is slower than the math below), a
+    single query (an acting step: one row of
     scores is cheaper than SDPA's setup), or dropout on CPU (SDPA's CPU path then draws its
     mask with ``bernoulli_``, 3x the cost of :func:`rltrans.core.dropout.dropout`).
     """
-    if bias is not None and bias.requires_grad:
+    if any(t is not None and t.requires_grad for t in (bias, mask)):
         return False
     if q.shape[-2] == 1:
         return False

@@ -126,10 +126,16 @@ class AttentionScheme(nn.Module):
         cached inside a module)."""
         return None
 
+    def crop_context(self, context: Any, window: int, keep: int) -> Any:
+        """The ``step_context`` of a window of M = ``window`` steps cut to its last ``keep``
+        steps (an adaptive span that reaches no farther); unchanged here."""
+        return context
+
     def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
-        """q (N, H, E) over [window ; itself] (``kv``), additive mask (N, 1, M+1) -> (N, H, E)."""
+        """q (N, H, E) over [window ; itself] (``kv``), additive mask (N, 1 or H, M+1) ->
+        (N, H, E)."""
         k, v = kv.full()
-        out = self(q.unsqueeze(2), k, v, mask=mask.unsqueeze(1), dropout=dropout, kernel="math")
+        out = self(q.unsqueeze(2), k, v, mask=mask.unsqueeze(-2), dropout=dropout, kernel="math")
         return out.squeeze(2)
 
 
@@ -180,6 +186,12 @@ class RotaryAttention(AttentionScheme):
     ) -> tuple[Tensor, Tensor]:
         """cos and sin of positions 0..M (the window, then the step itself)."""
         return self.angles(torch.arange(window + 1, device=device), dtype)
+
+    def crop_context(
+        self, context: tuple[Tensor, Tensor], window: int, keep: int
+    ) -> tuple[Tensor, Tensor]:
+        """Positions 0..K: only distances matter, so a window of K steps starts at 0 again."""
+        return context[0][: keep + 1], context[1][: keep + 1]
 
     def step(
         self, q: Tensor, kv: StepKV, *, mask: Tensor, context: tuple[Tensor, Tensor], dropout: float
@@ -380,6 +392,10 @@ class XLAttention(AttentionScheme):
         acting state carries it (built with the state and at every refresh) instead of every
         step recomputing a (M+1, D) x (D, D) matmul per layer."""
         return self.relative_keys(window + 1, 1, device)[:, : window + 1].to(dtype)
+
+    def crop_context(self, context: Tensor, window: int, keep: int) -> Tensor:
+        """The columns of distances K .. 0 (the table descends from M)."""
+        return context[:, window - keep :]
 
     def step(
         self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Tensor, dropout: float
