@@ -57,13 +57,15 @@ DEFAULT_TAU = 0.01  # ponder-cost weight (the Universal Transformer's act_loss_w
 DEFAULT_SPAN_COEF = 1e-4  # adaptive-span cost per step of mean span (M=256 at full span: 0.026)
 # Options of the Universal Transformer beyond its BlockConfig (its depth loop and halting).
 UNIVERSAL_OPTIONS = ("max_steps", "halting", "act_epsilon", "halting_bias", "coordinate_scale")
+# Options of the transformer stacks beyond their BlockConfig (how a training segment runs).
+STACK_OPTIONS = ("chunk",)
 
 
 def build_backbone(
     name: BackboneName, dim: int, layers: int | None, heads: int, memory: int, **kw: Any
 ) -> Backbone:
-    """The backbone module for a name; BlockConfig options (position, gate, ...) and the
-    Universal Transformer's halting options go in kw.
+    """The backbone module for a name; BlockConfig options (position, gate, ...), the
+    transformer stacks' ``chunk`` and the Universal Transformer's halting options go in kw.
 
     ``universal`` takes no ``layers``: one shared block is applied up to
     ``max_steps`` times (Dehghani et al. 2019), so ``max_steps`` is its depth.
@@ -83,9 +85,11 @@ def build_backbone(
         return UniversalTransformer(config, memory=memory, **rest)
     layers = DEFAULT_LAYERS if layers is None else layers
     if name in PRESETS:
+        chunk = rest.pop(STACK_OPTIONS[0], None)
         if rest:
             raise ValueError(f"options {sorted(rest)} do not apply to backbone {name!r}")
-        return TransformerStack(preset_config(name, dim, heads, **block), layers, memory=memory)
+        config = preset_config(name, dim, heads, **block)
+        return TransformerStack(config, layers, memory=memory, chunk=chunk)
     if kw:
         raise ValueError(f"options {sorted(kw)} only apply to transformer backbones, not {name!r}")
     if name in ("lstm", "gru"):

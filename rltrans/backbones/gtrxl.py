@@ -68,10 +68,14 @@ class TransformerStack(WindowedMemory, nn.Module):
     ponders: ClassVar[bool] = False
     selects_outputs: ClassVar[bool] = True  # forward(outputs=...)
 
-    def __init__(self, config: BlockConfig, layers: int, *, memory: int = 0) -> None:
+    def __init__(
+        self, config: BlockConfig, layers: int, *, memory: int = 0, chunk: int | None = None
+    ) -> None:
         super().__init__()
         if memory < 0:
             raise ValueError(f"memory must be >= 0, got {memory}")
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"chunk must be >= 1 or None, got {chunk}")
         if config.long_memory != "none" and memory < 1:
             raise ValueError(
                 f"long_memory={config.long_memory!r} is carried from segment to segment in the "
@@ -83,6 +87,8 @@ class TransformerStack(WindowedMemory, nn.Module):
                 f"memory >= 1, got {memory}"
             )
         self.config, self.layers, self.memory = config, layers, memory
+        # A training segment longer than ``chunk`` steps runs chunk by chunk (see forward).
+        self.chunk = chunk
         self.dim, self.heads, self.causal = config.dim, config.heads, config.causal
         self.input_position = build_input_position(
             config.position, config.dim, max_len=config.max_len
@@ -152,7 +158,42 @@ class TransformerStack(WindowedMemory, nn.Module):
         outputs: return only these positions (B, L', D); with a position-free scheme
         the last layer then computes queries, MLP and final norm for them alone (the
         Decision Transformer needs only its state tokens: ~18 % fewer FLOPs at 3 layers).
+
+        With ``chunk`` set, a segment after ``memory`` that is longer runs as consecutive
+        chunks of ``chunk`` steps (truncated backpropagation through time over the segment):
+        the outputs are the same, attention costs O(chunk (M + chunk)) per step instead of
+        O(L (M + L)), the window's memory is stop-gradient between chunks as between
+        segments, and a long memory's state passes from chunk to chunk with its gradient, so
+        a step's loss reaches every earlier step of the segment through it.
         """
+        whole = key_padding is None and positions is None and outputs is None
+        if self.chunk and memory is not None and x.shape[1] > self.chunk and whole:
+            return self._chunked(x, memory, starts)
+        return self._segment(x, memory, starts, key_padding, positions, outputs)
+
+    def _chunked(self, x: Tensor, memory: Memory, starts: Tensor | None) -> BackboneOutput:
+        """``forward`` over chunks of ``self.chunk`` steps (see there)."""
+        hidden, out = [], None
+        for c in range(0, x.shape[1], self.chunk):
+            part = None if starts is None else starts[:, c : c + self.chunk]
+            out = self._segment(x[:, c : c + self.chunk], memory, part, long_grad=c > 0)
+            hidden.append(out.hidden)
+            memory = out.memory
+        return BackboneOutput(torch.cat(hidden, dim=1), memory, out.aux)
+
+    def _segment(
+        self,
+        x: Tensor,
+        memory: Memory | None,
+        starts: Tensor | None,
+        key_padding: Tensor | None = None,
+        positions: Tensor | None = None,
+        outputs: slice | None = None,
+        *,
+        long_grad: bool = False,
+    ) -> BackboneOutput:
+        """One pass over a segment (``forward`` without chunks); ``long_grad`` keeps the
+        gradient of the long memory's state in ``memory`` (a chunk after the first)."""
         if self.memory == 0:
             memory = None  # a memoryless stack passes no memory on
         m = self.memory if memory is not None else 0
@@ -163,7 +204,7 @@ class TransformerStack(WindowedMemory, nn.Module):
         h = self.add_input_position(x, positions)
         new_hidden, new_long = [], []
         cut = outputs is not None and self.position_free_queries
-        long_before = self._long_before(memory, x)
+        long_before = self._long_before(memory, x, keep_grad=long_grad)
         for i, block in enumerate(self.blocks):
             mem_kv, block_mask = None, mask
             if memory is not None:
@@ -214,17 +255,20 @@ class TransformerStack(WindowedMemory, nn.Module):
             return {}
         return {"spans": torch.stack([b.span.spans(self.memory) for b in self.blocks])}
 
-    def _long_before(self, memory: Memory | None, x: Tensor) -> list[LongState] | None:
-        """Each layer's long-memory state before a segment (stop-gradient: a segment learns
-        from the state it was acted with, as an RNN from its stored state); zero where no
-        memory is given; None without a long memory."""
+    def _long_before(
+        self, memory: Memory | None, x: Tensor, *, keep_grad: bool = False
+    ) -> list[LongState] | None:
+        """Each layer's long-memory state before a segment (stop-gradient unless
+        ``keep_grad``: a segment learns from the state it was acted with, as an RNN from its
+        stored state); zero where no memory is given; None without a long memory."""
         if not self.long_memory:
             return None
         long = memory.long if memory is not None else ()
         if not long:
             long = self._long_state(x.shape[0], x.device, x.dtype, layer_first=False)
         kind = STATES[self.config.long_memory]
-        return [kind(*(t[:, i].detach() for t in long)) for i in range(self.layers)]
+        cut = (lambda t: t) if keep_grad else Tensor.detach
+        return [kind(*(cut(t[:, i]) for t in long)) for i in range(self.layers)]
 
     @torch.no_grad()
     def step(self, x: Tensor, state: MemoryState, done: Tensor | None = None) -> StepOutput:

@@ -110,6 +110,7 @@ def _train_specs() -> dict[str, Spec]:
         "agent.compression_rate": integer(1, MAX_LENGTH),
         "agent.span_ramp": integer(1, MAX_LENGTH),
         "agent.span_coef": number(0.0),
+        "agent.chunk": integer(1, MAX_LENGTH, null=True),
         "agent.context": integer(1, MAX_LENGTH),
         "agent.history": integer(1, MAX_LENGTH),
         "agent.max_timestep": integer(1, MAX_LENGTH, null=True),
@@ -627,14 +628,14 @@ def agent_knob_names(agent: dict) -> list[str] | None:
     names = [n for n, p in params.items() if p.kind in keyword and p.default is not p.empty]
     knobs = ["kind", *(n for n in names if n not in ("observation_space", "action_space", "stats"))]
     if agent.get("kind") == "memory":
-        from rltrans.agents.memory_agent import UNIVERSAL_OPTIONS
+        from rltrans.agents.memory_agent import STACK_OPTIONS, UNIVERSAL_OPTIONS
         from rltrans.backbones.gtrxl import PRESETS
         from rltrans.core.block import BlockConfig
 
         block = [f.name for f in fields(BlockConfig) if f.name not in knobs]
         backbone = agent.get("backbone", getattr(params.get("backbone"), "default", None))
         extra = {"universal": [*block, *UNIVERSAL_OPTIONS]}.get(
-            backbone, block * (backbone in PRESETS)
+            backbone, [*block, *STACK_OPTIONS] * (backbone in PRESETS)
         )
         return knobs + extra
     open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())

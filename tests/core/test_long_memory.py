@@ -311,6 +311,28 @@ def test_episode_isolation_in_training_and_acting_reaches_the_long_state(kind):
     torch.testing.assert_close(y, stack(x[:, :3], stack.empty_memory(2, dtype=x.dtype)).hidden)
 
 
+@pytest.mark.parametrize("kind", ["none", *KINDS])
+def test_a_segment_run_in_chunks_gives_the_same_outputs_and_the_long_state_its_gradient(kind):
+    """chunk=4: the outputs of a 14-step segment are the whole segment's; the last step's
+    gradient reaches the first chunk through the long state alone (the window's memory is
+    stop-gradient between chunks, and 4 steps of reach do not span 13)."""
+    stack = make(kind)
+    x = seq().requires_grad_()
+    starts = torch.zeros(3, T, dtype=torch.bool)
+    starts[2, 6] = True  # env 2: a new episode in the second chunk cuts the first one off
+    whole = stack(x, stack.empty_memory(3, dtype=x.dtype), starts=starts)
+    stack.chunk = 4
+    chunked = stack(x, stack.empty_memory(3, dtype=x.dtype), starts=starts)
+    torch.testing.assert_close(chunked.hidden, whole.hidden)
+    for a, b in zip(chunked.memory.long, whole.memory.long, strict=True):
+        torch.testing.assert_close(a, b)
+    weights = torch.randn(D, dtype=x.dtype)  # (a plain sum of a LayerNorm output is 0)
+    (grad,) = torch.autograd.grad(chunked.hidden[:, -1] @ weights, x, torch.ones(3, dtype=x.dtype))
+    reach = grad[:, :4].abs().sum(dim=(1, 2))  # (3,): per env, from the first chunk
+    assert reach[2] == 0  # another episode
+    assert (reach[:2] > 0).all() == (kind != "none")
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_gradient_stops_at_the_stored_state_and_reaches_the_memory_weights(kind):
     stack = make(kind).float().train()
