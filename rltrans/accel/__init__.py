@@ -154,6 +154,9 @@ def thread_tuners(
     return tuners
 
 
+COMPILE_SECONDS = 60.0  # what compiling a training step and an acting step takes, about
+
+
 def compile_choice(
     setting: Any,
     accel: Accel,
@@ -161,11 +164,12 @@ def compile_choice(
     saved: str | None = None,
     *,
     measure: int = 2,
+    compile_seconds: float = COMPILE_SECONDS,
 ) -> AutoCompile | None:
     """What ``compile`` asks: ``true`` switches ``accel`` to compiled programs now (said on
     stderr), ``auto`` returns an :class:`AutoCompile` over ``updates_left`` updates that
-    times the first ``measure`` (or applies a checkpoint's ``saved`` choice), ``false``
-    returns None."""
+    times the first ``measure`` (or applies a checkpoint's ``saved`` choice) and weighs the
+    saving against ``compile_seconds``, ``false`` returns None."""
     if setting == "auto":
         chooser = AutoCompile(
             updates_left,
@@ -173,6 +177,7 @@ def compile_choice(
             disable=lambda: accel.use_compiled(False),
             report=_report,
             measure=measure,
+            compile_seconds=compile_seconds,
         )
         chooser.restore(saved)
         return chooser

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rltrans.accel import Accel, AutoCompile, compile_choice, thread_tuners
+from rltrans.accel import COMPILE_SECONDS, Accel, AutoCompile, compile_choice, thread_tuners
 from rltrans.config import to_container
 from rltrans.envs import make_env
 from rltrans.logging import MetricLogger, ProgressBar
@@ -109,7 +109,21 @@ def speed(
     its compile choice (``compile``), to be restored from a checkpoint by a TrainerState."""
     tuners = Tuners(thread_tuners(cfg.get("torch_threads"), device, None, *names, streams=streams))
     accel.threads = tuners.get("learner step")
-    return tuners, Choice(compile_choice(cfg.compile, accel, updates_left, measure=measure))
+    seconds = COMPILE_SECONDS * unrolled_chunks(cfg)
+    choice = compile_choice(
+        cfg.compile, accel, updates_left, measure=measure, compile_seconds=seconds
+    )
+    return tuners, Choice(choice)
+
+
+def unrolled_chunks(cfg: DictConfig) -> int:
+    """How many chunks a compiled training step unrolls (``agent.chunk`` within
+    ``algo.segment_length``; 1 without): each compiles like a training step of its own (8
+    chunks of 64 steps had not finished compiling after 7 minutes on one core)."""
+    chunk, length = cfg.agent.get("chunk"), cfg.algo.get("segment_length")
+    if not chunk or not length:
+        return 1
+    return max(1, -(-int(length) // int(chunk)))
 
 
 def logger_and_bar(
