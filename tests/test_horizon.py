@@ -26,8 +26,12 @@ def test_auto_fits_the_tmaze_corridor_and_goes_delta_beyond_the_window_cap():
     assert (cfg.agent.horizon, cfg.agent.memory, cfg.agent.long_memory) == (202, 202, "none")
     assert cfg.algo.segment_length == 128
     cfg = fitted("env.kwargs.length=300")  # beyond the cap: the window stays, delta beyond it
-    assert (cfg.agent.memory, cfg.agent.long_memory, cfg.algo.segment_length) == (32, "delta", 32)
+    assert (cfg.agent.memory, cfg.agent.long_memory) == (32, "delta")
+    # a rollout of 5 x 128 steps spans the 602 steps, as one segment run in chunks of 64
+    assert (cfg.algo.num_steps, cfg.algo.segment_length, cfg.agent.chunk) == (640, 640, 64)
     assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 602), 0.05)
+    cfg = fitted("env=passive_tmaze", "env.kwargs.length=1000", "agent.chunk=32")
+    assert (cfg.algo.num_steps, cfg.algo.segment_length, cfg.agent.chunk) == (1024, 1024, 32)
     cfg = fitted("env.kwargs.length=300", "agent.long_memory=linear", "algo.gamma=0.9999")
     assert (cfg.agent.long_memory, cfg.algo.gamma) == ("linear", 0.9999)  # nothing lowered
     cfg = fitted("env.kwargs.length=100")

@@ -13,14 +13,19 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   teach to carry it).
 * transformer stacks, D > 256: ``agent.long_memory`` becomes ``delta`` unless one is set (the
   whole episode at O(1) acting cost per step; steps repeated for hundreds of steps do not
-  wash out what it holds), and the window stays as configured. The task then asks for one
-  decision per D steps, so two learning settings follow it too: ``algo.gamma`` becomes at
-  least 1 - 1/D (a discount horizon over the whole distance: the value of every step depends
-  on the remembered cue once the policy does) and ``algo.ent_coef`` at least 0.05 (the rare
-  decision keeps exploring until the memory is read; at 0.01 PPO settled on one arm first).
+  wash out what it holds), and the window stays as configured. ``algo.num_steps`` becomes
+  the shortest multiple of itself that spans D, trained as one segment in chunks of 64
+  steps (``agent.chunk``), so the gradient of the step that reads the long memory reaches
+  the step that wrote it (with segments of the window's length, the cue's write was trained
+  by the corridor's reads, and the decision's read stayed blind to it). The task then asks
+  for one decision per D steps, so two learning settings follow it too: ``algo.gamma``
+  becomes at least 1 - 1/D (a discount horizon over the whole distance: the value of every
+  step depends on the remembered cue once the policy does) and ``algo.ent_coef`` at least
+  0.05 (the rare decision keeps exploring until the memory is read; at 0.01 PPO settled on
+  one arm first).
 * ``algo.segment_length`` becomes at least the shortest divisor of ``algo.num_steps`` that
   spans D steps (the whole rollout at most), so gradients flow through D steps of one
-  segment; for a stack with a long memory beyond 256 steps, one that spans its window.
+  segment.
   PPO keeps at least ``algo.num_minibatches`` segments per update (env.num_envs x
   algo.num_steps / segment_length), so few envs cap the segment.
 
@@ -40,6 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 AUTO_WINDOW_CAP = 256  # the longest window horizon sets; beyond it, the delta long memory
 AUTO_LONG_MEMORY = "delta"
 LONG_ENT_COEF = 0.05  # the entropy bonus at least, beyond the cap
+AUTO_CHUNK = 64  # beyond the cap, rollout-long segments run in chunks of this many steps
 STACKS = ("gtrxl", "trxl", "trxl_i")
 RECURRENT = ("lstm", "gru")
 
@@ -63,8 +69,8 @@ def spanning_segment(distance: int, num_steps: int) -> int:
 
 def fit_horizon(cfg: DictConfig) -> DictConfig:
     """``cfg`` with agent.memory, agent.long_memory, algo.segment_length and, beyond the
-    window cap, algo.gamma and algo.ent_coef fitted to ``agent.horizon`` (see the module
-    docstring); agent.horizon becomes the distance used."""
+    window cap, algo.num_steps, agent.chunk, algo.gamma and algo.ent_coef fitted to
+    ``agent.horizon`` (see the module docstring); agent.horizon becomes the distance used."""
     agent, algo = cfg.agent, cfg.algo
     horizon = agent.get("horizon")
     backbone = agent.get("backbone")
@@ -84,16 +90,24 @@ def fit_horizon(cfg: DictConfig) -> DictConfig:
     elif backbone in STACKS:
         if agent.get("long_memory", "none") == "none":
             changes["agent.long_memory"] = AUTO_LONG_MEMORY
-        span_steps = agent.memory  # the long memory carries the rest
+        span_steps = agent.memory  # without a rollout to span, the window's
+        if "num_steps" in algo and "segment_length" in algo:
+            # a rollout (and its one segment) spans the distance, run in chunks: the gradient
+            # of the step that reads the long memory reaches the step that wrote it
+            rollout = algo.num_steps * -(-distance // algo.num_steps)
+            changes["algo.num_steps"] = span_steps = max(algo.num_steps, rollout)
+            if agent.get("chunk") is None:
+                changes["agent.chunk"] = AUTO_CHUNK
         if "gamma" in algo:
             changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
         if "ent_coef" in algo:
             changes["algo.ent_coef"] = max(algo.ent_coef, LONG_ENT_COEF)
     if "segment_length" in algo and "num_steps" in algo:
-        span = spanning_segment(span_steps, algo.num_steps)
+        num_steps = changes.get("algo.num_steps", algo.num_steps)
+        span = spanning_segment(span_steps, num_steps)
         if algo.get("kind") == "online":  # keep algo.num_minibatches' segments per update
-            most = cfg.env.num_envs * algo.num_steps // algo.num_minibatches
-            span = max(d for d in range(1, min(span, most) + 1) if algo.num_steps % d == 0)
+            most = cfg.env.num_envs * num_steps // algo.num_minibatches
+            span = max(d for d in range(1, min(span, most) + 1) if num_steps % d == 0)
         changes["algo.segment_length"] = max(algo.segment_length, span)
     for key, value in changes.items():
         OmegaConf.update(cfg, key, value, force_add=True)
@@ -112,6 +126,8 @@ def horizon_note(cfg: DictConfig) -> str | None:
     if "segment_length" in algo:
         settings.append(f"algo.segment_length={algo.segment_length}")
     if agent.get("backbone") in STACKS and agent.horizon > AUTO_WINDOW_CAP:
+        if "num_steps" in algo:
+            settings += [f"algo.num_steps={algo.num_steps}", f"agent.chunk={agent.get('chunk')}"]
         settings += [f"algo.gamma={algo.gamma:g}", f"algo.ent_coef={algo.ent_coef:g}"]
     return f"agent.horizon={agent.horizon} steps: {', '.join(settings)}"
 
