@@ -21,7 +21,7 @@ from rltrans.learners import PPOLearner
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
-from rltrans.trainers.common import unrolled_chunks
+from rltrans.trainers.common import CHUNK_COMPILE_SECONDS, unrolled_chunks
 from tests.agents.test_dt import BOX, DISCRETE, make_dt, random_batch
 from tests.agents.test_memory_agent import PPO
 from tests.test_train import TINY, summary_line
@@ -288,11 +288,12 @@ def test_auto_compile_stays_eager_when_the_run_is_too_short():
 
 def test_auto_compile_counts_each_chunk_of_a_chunked_segment_as_a_compilation():
     """agent.chunk=64 in segments of 512 unrolls 8 chunks into the compiled step: the run of
-    487 updates x 2.6 s that compiled at 60 s of expected compilation now stays eager."""
+    487 updates x 2.6 s that compiled at 60 s of expected compilation stays eager."""
     cfg = load_config([*TINY, "algo.num_steps=512", "algo.segment_length=512", "agent.chunk=64"])
     assert unrolled_chunks(cfg) == 8
     assert unrolled_chunks(load_config(TINY)) == 1
-    chooser, calls, _ = choose([2.6] * 489, [], 489, compile_seconds=60.0 * unrolled_chunks(cfg))
+    seconds = CHUNK_COMPILE_SECONDS * unrolled_chunks(cfg)
+    chooser, calls, _ = choose([2.6] * 489, [], 489, compile_seconds=seconds)
     assert chooser.choice == "eager" and calls == []
     chooser, calls, _ = choose([2.6, 2.6], [0.0] + [1.5] * 487, 489)  # one chunk: compiles
     assert chooser.choice == "compiled"

@@ -109,17 +109,22 @@ def speed(
     its compile choice (``compile``), to be restored from a checkpoint by a TrainerState."""
     tuners = Tuners(thread_tuners(cfg.get("torch_threads"), device, None, *names, streams=streams))
     accel.threads = tuners.get("learner step")
-    seconds = COMPILE_SECONDS * unrolled_chunks(cfg)
+    chunks = unrolled_chunks(cfg)
+    seconds = COMPILE_SECONDS if chunks == 1 else CHUNK_COMPILE_SECONDS * chunks
     choice = compile_choice(
         cfg.compile, accel, updates_left, measure=measure, compile_seconds=seconds
     )
     return tuners, Choice(choice)
 
 
+CHUNK_COMPILE_SECONDS = 120.0  # per unrolled chunk: 8 chunks had not compiled after 7 minutes
+
+
 def unrolled_chunks(cfg: DictConfig) -> int:
     """How many chunks a compiled training step unrolls (``agent.chunk`` within
-    ``algo.segment_length``; 1 without): each compiles like a training step of its own (8
-    chunks of 64 steps had not finished compiling after 7 minutes on one core)."""
+    ``algo.segment_length``; 1 without); compile=auto expects ``CHUNK_COMPILE_SECONDS`` of
+    compilation for each (8 chunks of 64 steps had not finished after 7 minutes on one
+    core, with two other runs on the machine)."""
     chunk, length = cfg.agent.get("chunk"), cfg.algo.get("segment_length")
     if not chunk or not length:
         return 1
