@@ -58,6 +58,7 @@ BEST_RETURN = 1.0  # every task's best return
 # (agent.horizon=null: gtrxl's window 2 x 32 steps, segments of 16 steps); *_fit are the
 # defaults, agent.horizon=auto (window, long memory and segments fitted to the task's length).
 FIXED = "agent.horizon=null"
+RECONSTRUCTION_COEF = 0.1  # the observation-reconstruction loss weight of the *_recon agents
 AGENTS: dict[str, list[str]] = {
     "gtrxl": ["agent=gtrxl", FIXED],
     "gtrxl_fit": ["agent=gtrxl"],
@@ -69,6 +70,9 @@ AGENTS: dict[str, list[str]] = {
     "gru": ["agent=gru", FIXED],
     "gru_fit": ["agent=gru"],
     "mlp": ["agent=mlp"],
+    # with the observation-reconstruction loss (its effect on memory: curves with and without)
+    "gtrxl_fit_recon": ["agent=gtrxl", f"algo.reconstruction_coef={RECONSTRUCTION_COEF}"],
+    "gru_fit_recon": ["agent=gru", f"algo.reconstruction_coef={RECONSTRUCTION_COEF}"],
 }
 PRESETS = {
     "quick": {
