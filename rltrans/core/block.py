@@ -94,8 +94,8 @@ class BlockConfig:
     max_len: int = 1024
     causal: bool = True
     long_memory: LongMemoryName = "none"
-    compressed_slots: int = 64
-    compression_rate: int = 8
+    compressed_slots: int = 32
+    compression_rate: int = 16
     adaptive_span: bool = False
     span_ramp: int = 16
 

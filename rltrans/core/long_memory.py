@@ -231,7 +231,7 @@ class CompressiveState(NamedTuple):
 class CompressiveMemory(nn.Module):
     """The ``compressive`` long memory of one block (see the module docstring)."""
 
-    def __init__(self, dim: int, heads: int, slots: int = 64, rate: int = 8) -> None:
+    def __init__(self, dim: int, heads: int, slots: int = 32, rate: int = 16) -> None:
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim={dim} must be divisible by heads={heads}")
@@ -346,7 +346,9 @@ class CompressiveMemory(nn.Module):
             self.query(x).unsqueeze(1), state.keys.to(x.dtype), state.values.to(x.dtype), visible
         )
         phase = state.phase.long()
-        partial = state.partial.to(x.dtype) + self._terms(x, phase)
+        # this step's term of the convolution: one (D, D) matrix per env, not all c of them
+        weight = self.compress.weight.to(x.dtype).permute(2, 0, 1)[phase]  # (N, D, D)
+        partial = state.partial.to(x.dtype) + (weight @ x.unsqueeze(-1)).squeeze(-1)
         done = (phase == self.rate - 1).unsqueeze(-1)  # (N, 1)
         k, v = self._slot(partial)
         shift = lambda old, new: torch.cat([old[:, 1:], new.unsqueeze(1)], dim=1)  # noqa: E731
@@ -379,7 +381,7 @@ STATES: dict[str, type] = {
 
 
 def build_long_memory(
-    name: LongMemoryName, dim: int, heads: int, *, slots: int = 64, rate: int = 8
+    name: LongMemoryName, dim: int, heads: int, *, slots: int = 32, rate: int = 16
 ) -> nn.Module | None:
     """The long-memory module of a block, or None for ``none``; ``slots`` and ``rate`` are
     the ``compressive`` kind's Mc and c."""

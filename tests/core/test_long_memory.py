@@ -361,6 +361,8 @@ def test_replay_fidelity_with_the_long_memory(kind):
         layers=2,
         memory=4,
         long_memory=kind,
+        compressed_slots=SLOTS,
+        compression_rate=RATE,  # blocks complete within the 13-step episodes
     )
     for block in agent.backbone.blocks:
         loud(block.long)
