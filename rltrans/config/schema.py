@@ -579,6 +579,7 @@ def _transformer_preset_on_recurrent_backbone(
     a GRU does not take, each rightly refused; the fix is the backbone's own preset."""
     from dataclasses import fields
 
+    from rltrans.agents.memory_agent import STACK_OPTIONS
     from rltrans.backbones.gtrxl import PRESETS
     from rltrans.config.files import group_options
     from rltrans.core.block import BlockConfig
@@ -586,7 +587,7 @@ def _transformer_preset_on_recurrent_backbone(
     backbone = agent.get("backbone")
     if knobs is None or agent.get("kind") != "memory" or backbone in (*PRESETS, "universal"):
         return problems
-    block = {f.name for f in fields(BlockConfig)}
+    block = {f.name for f in fields(BlockConfig)} | set(STACK_OPTIONS)
     names = sorted(n for n in agent if n not in knobs and n in block)
     if not names:
         return problems
