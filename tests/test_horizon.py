@@ -40,6 +40,18 @@ def test_auto_fits_the_tmaze_corridor_and_goes_delta_beyond_the_window_cap():
     assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (9, 32, 16)
 
 
+def test_the_decision_settings_follow_only_tasks_of_one_decision():
+    """The T-mazes say one_decision: gamma and the entropy floor rise with the distance;
+    repeat-first answers at every step and keeps PPO's own beyond the cap."""
+    cfg = fitted("env=repeat_first", "env.kwargs.length=415")
+    assert (cfg.agent.long_memory, cfg.algo.num_steps, cfg.agent.chunk) == ("delta", 512, 64)
+    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (0.99, 0.01)
+    cfg = fitted("env=passive_tmaze", "env.kwargs.length=1000")
+    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 1001), 0.05)
+    cfg = fitted("env=gym", "env.id=CartPole-v1", "agent.horizon=400")  # says nothing: decision
+    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 400), 0.05)
+
+
 def test_nothing_is_lowered_and_explicit_or_null_horizons_are_honoured():
     cfg = fitted("env.kwargs.length=100", "agent.memory=300", "algo.segment_length=128")
     assert (cfg.agent.memory, cfg.algo.segment_length) == (300, 128)

@@ -114,6 +114,9 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
         "render_modes": ["rgb_array"],
         "render_fps": 4,  # frames per second of a recorded episode (VideoRecorder's GIF)
     }
+    # True where the task asks for one decision after a long stretch with no reward that
+    # depends on memory (the T-mazes); agent.horizon then raises the discount and entropy.
+    one_decision: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -17,12 +17,14 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   the shortest multiple of itself that spans D, trained as one segment in chunks of 64
   steps (``agent.chunk``), so the gradient of the step that reads the long memory reaches
   the step that wrote it (with segments of the window's length, the cue's write was trained
-  by the corridor's reads, and the decision's read stayed blind to it). The task then asks
-  for one decision per D steps, so two learning settings follow it too: ``algo.gamma``
-  becomes at least 1 - 1/D (a discount horizon over the whole distance: the value of every
-  step depends on the remembered cue once the policy does) and ``algo.ent_coef`` at least
-  0.05 (the rare decision keeps exploring until the memory is read; at 0.01 PPO settled on
-  one arm first).
+  by the corridor's reads, and the decision's read stayed blind to it). Where the task asks
+  for one decision per D steps (a torch task whose ``one_decision`` is true, the T-mazes, or
+  an env that does not say), two learning settings follow it too: ``algo.gamma`` becomes at
+  least 1 - 1/D (a discount horizon over the whole distance: the value of every step depends
+  on the remembered cue once the policy does) and ``algo.ent_coef`` at least 0.05 (the rare
+  decision keeps exploring until the memory is read; at 0.01 PPO settled on one arm first).
+  A task that answers at every step (repeat-first) keeps its own: with them raised, it
+  stayed at chance at 415 steps; without, one of two seeds learned.
 * ``algo.segment_length`` becomes at least the shortest divisor of ``algo.num_steps`` that
   spans D steps (the whole rollout at most), so gradients flow through D steps of one
   segment.
@@ -52,12 +54,22 @@ RECURRENT = ("lstm", "gru")
 
 def env_memory_distance(env_cfg: Any) -> int | None:
     """How far back the configured env may ask to remember, where it says so."""
+    return _torch_env_says(env_cfg, "memory_distance")
+
+
+def env_one_decision(env_cfg: Any) -> bool | None:
+    """Whether the configured env asks for one decision per episode (None: it does not say)."""
+    return _torch_env_says(env_cfg, "one_decision")
+
+
+def _torch_env_says(env_cfg: Any, name: str) -> Any:
+    """An attribute of the configured torch-native env (None for other kinds)."""
     if env_cfg.get("kind") != "torch":
         return None
     from rltrans.envs.torch_envs import make_torch_env
 
     kwargs = dict(env_cfg.get("kwargs") or {})
-    return make_torch_env(env_cfg.get("name"), 1, **kwargs).memory_distance
+    return getattr(make_torch_env(env_cfg.get("name"), 1, **kwargs), name)
 
 
 def spanning_segment(distance: int, num_steps: int) -> int:
@@ -98,10 +110,11 @@ def fit_horizon(cfg: DictConfig) -> DictConfig:
             changes["algo.num_steps"] = span_steps = max(algo.num_steps, rollout)
             if agent.get("chunk") is None:
                 changes["agent.chunk"] = AUTO_CHUNK
-        if "gamma" in algo:
-            changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
-        if "ent_coef" in algo:
-            changes["algo.ent_coef"] = max(algo.ent_coef, LONG_ENT_COEF)
+        if env_one_decision(cfg.env) is not False:  # a decision task, or one that does not say
+            if "gamma" in algo:
+                changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
+            if "ent_coef" in algo:
+                changes["algo.ent_coef"] = max(algo.ent_coef, LONG_ENT_COEF)
     if "segment_length" in algo and "num_steps" in algo:
         num_steps = changes.get("algo.num_steps", algo.num_steps)
         span = spanning_segment(span_steps, num_steps)
