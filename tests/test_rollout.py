@@ -30,7 +30,9 @@ PPO = {
 DEPTH = {"universal": {"max_steps": 3}}
 
 
-def small_agent(envs, backbone, memory=8):
+def small_agent(envs, backbone, memory=8, **options):
+    """A width-32, 4-head agent of two layers (``universal``: three steps) for ``envs``;
+    ``options`` go to the backbone (e.g. long_memory, adaptive_span)."""
     agent = MemoryAgent(
         envs.single_observation_space,
         envs.single_action_space,
@@ -39,6 +41,7 @@ def small_agent(envs, backbone, memory=8):
         heads=4,
         memory=memory,
         **DEPTH.get(backbone, {"layers": 2}),
+        **options,
     )
     if backbone == "universal":
         # At initialisation the token encodings are small next to the depth signal, so every

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from rltrans.backbones.base import BackboneOutput, StepOutput
 from rltrans.core.block import BlockConfig, build_block
-from rltrans.core.long_memory import STATES, LongState
+from rltrans.core.long_memory import LongState
 from rltrans.core.position import build_input_position
 from rltrans.memory import (
     Memory,
@@ -266,9 +266,8 @@ class TransformerStack(WindowedMemory, nn.Module):
         long = memory.long if memory is not None else ()
         if not long:
             long = self._long_state(x.shape[0], x.device, x.dtype, layer_first=False)
-        kind = STATES[self.config.long_memory]
         cut = (lambda t: t) if keep_grad else Tensor.detach
-        return [kind(*(cut(t[:, i]) for t in long)) for i in range(self.layers)]
+        return [b.long.State(*(cut(t[:, i]) for t in long)) for i, b in enumerate(self.blocks)]
 
     @torch.no_grad()
     def step(self, x: Tensor, state: MemoryState, done: Tensor | None = None) -> StepOutput:
@@ -331,7 +330,7 @@ class TransformerStack(WindowedMemory, nn.Module):
         hidden, keys, values, new_long = [], [], [], []
         for i, block in enumerate(self.blocks):
             hidden.append(h)
-            state = STATES[self.config.long_memory](*(t[i] for t in long)) if long else None
+            state = block.long.State(*(t[i] for t in long)) if long else None
             wk, wv, block_mask, context = window_k[i], window_v[i], mask, contexts[i]
             if block.span is not None:  # the window's last K steps, weighted by the span
                 m, keep = self.memory, self.span_reach(block)

@@ -85,9 +85,9 @@ def use_sdpa(q: Tensor, bias: Tensor | None, dropout: float, mask: Tensor | None
 
     Not for a bias or an additive mask that needs a gradient (xl's relative term and an
     adaptive span in training: SDPA's unfused fallback is slower than the math below), a
-    single query (an acting step: one row of
-    scores is cheaper than SDPA's setup), or dropout on CPU (SDPA's CPU path then draws its
-    mask with ``bernoulli_``, 3x the cost of :func:`rltrans.core.dropout.dropout`).
+    single query (an acting step: one row of scores is cheaper than SDPA's setup), or
+    dropout on CPU (SDPA's CPU path then draws its mask with ``bernoulli_``, 3x the cost of
+    :func:`rltrans.core.dropout.dropout`).
     """
     if any(t is not None and t.requires_grad for t in (bias, mask)):
         return False

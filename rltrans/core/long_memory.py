@@ -60,7 +60,7 @@ the window has forgotten. Kinds are chosen by name (``BlockConfig.long_memory``)
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple, get_args
+from typing import ClassVar, Literal, NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +86,8 @@ def feature_map(u: Tensor) -> Tensor:
 
 class LinearMemory(nn.Module):
     """The ``linear`` long memory of one block (see the module docstring)."""
+
+    State: ClassVar[type] = LinearState  # one layer's state, as the stack carries it
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -231,6 +233,8 @@ class CompressiveState(NamedTuple):
 class CompressiveMemory(nn.Module):
     """The ``compressive`` long memory of one block (see the module docstring)."""
 
+    State: ClassVar[type] = CompressiveState
+
     def __init__(self, dim: int, heads: int, slots: int = 32, rate: int = 16) -> None:
         super().__init__()
         if dim % heads:
@@ -372,11 +376,6 @@ MODULES: dict[str, type[nn.Module]] = {
     "linear": LinearMemory,
     "delta": DeltaMemory,
     "compressive": CompressiveMemory,
-}
-STATES: dict[str, type] = {
-    "linear": LinearState,
-    "delta": LinearState,
-    "compressive": CompressiveState,
 }
 
 

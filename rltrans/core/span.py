@@ -22,6 +22,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from rltrans.core.attention import mask_to_bias
+
 
 class AdaptiveSpan(nn.Module):
     """The learned spans of one block's heads, as fractions of its window (see above)."""
@@ -60,9 +62,7 @@ class AdaptiveSpan(nn.Module):
         query = torch.arange(keys - length, keys, device=mask.device)
         distance = query[:, None] - torch.arange(keys, device=mask.device)[None, :]  # (L, S)
         span = self.log_mask(distance, window, dtype).unsqueeze(0)  # (1, H, L, S)
-        if mask.dtype == torch.bool:
-            return span.masked_fill(~mask, float("-inf"))
-        return span + mask
+        return mask_to_bias(mask, span, dtype)
 
     def step_mask(self, mask: Tensor, window: int) -> Tensor:
         """An additive (N, H, K + 1) mask for one acting step over its last K window slots and
@@ -70,7 +70,3 @@ class AdaptiveSpan(nn.Module):
         keys = mask.shape[-1]
         distance = torch.arange(keys - 1, -1, -1, device=mask.device)  # K .. 1, then 0 (itself)
         return mask + self.log_mask(distance, window, mask.dtype).unsqueeze(0)
-
-    def cost(self, window: int) -> Tensor:
-        """The mean span over heads, in steps (0-d): what the L1 penalty weighs."""
-        return self.spans(window).mean()

@@ -27,8 +27,7 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   stayed at chance at 415 steps; without, one of two seeds learned.
 * ``algo.segment_length`` becomes at least the shortest divisor of ``algo.num_steps`` that
   spans D steps (the whole rollout at most), so gradients flow through D steps of one
-  segment.
-  PPO keeps at least ``algo.num_minibatches`` segments per update (env.num_envs x
+  segment. PPO keeps at least ``algo.num_minibatches`` segments per update (env.num_envs x
   algo.num_steps / segment_length), so few envs cap the segment.
 
 Nothing is lowered: a larger ``agent.memory`` or ``algo.segment_length`` on the command line
@@ -52,24 +51,15 @@ STACKS = ("gtrxl", "trxl", "trxl_i")
 RECURRENT = ("lstm", "gru")
 
 
-def env_memory_distance(env_cfg: Any) -> int | None:
-    """How far back the configured env may ask to remember, where it says so."""
-    return _torch_env_says(env_cfg, "memory_distance")
-
-
-def env_one_decision(env_cfg: Any) -> bool | None:
-    """Whether the configured env asks for one decision per episode (None: it does not say)."""
-    return _torch_env_says(env_cfg, "one_decision")
-
-
-def _torch_env_says(env_cfg: Any, name: str) -> Any:
-    """An attribute of the configured torch-native env (None for other kinds)."""
+def configured_torch_env(env_cfg: Any) -> Any:
+    """One env of the configured torch-native task, to read what it says about itself
+    (``memory_distance``, ``one_decision``); None for other kinds of env."""
     if env_cfg.get("kind") != "torch":
         return None
     from rltrans.envs.torch_envs import make_torch_env
 
     kwargs = dict(env_cfg.get("kwargs") or {})
-    return getattr(make_torch_env(env_cfg.get("name"), 1, **kwargs), name)
+    return make_torch_env(env_cfg.get("name"), 1, **kwargs)
 
 
 def spanning_segment(distance: int, num_steps: int) -> int:
@@ -88,8 +78,9 @@ def fit_horizon(cfg: DictConfig) -> DictConfig:
     backbone = agent.get("backbone")
     if horizon is None or backbone not in (*STACKS, *RECURRENT) or algo.get("kind") == "offline":
         return cfg
+    env = configured_torch_env(cfg.env)
     if horizon == "auto":
-        distance = env_memory_distance(cfg.env)
+        distance = None if env is None else env.memory_distance
         if distance is None:  # nothing known: as configured, and said so in the saved config
             OmegaConf.update(cfg, "agent.horizon", None, force_add=True)
             return cfg
@@ -110,7 +101,7 @@ def fit_horizon(cfg: DictConfig) -> DictConfig:
             changes["algo.num_steps"] = span_steps = max(algo.num_steps, rollout)
             if agent.get("chunk") is None:
                 changes["agent.chunk"] = AUTO_CHUNK
-        if env_one_decision(cfg.env) is not False:  # a decision task, or one that does not say
+        if env is None or env.one_decision:  # a decision task, or an env that does not say
             if "gamma" in algo:
                 changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
             if "ent_coef" in algo:

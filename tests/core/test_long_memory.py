@@ -4,7 +4,7 @@ invariants with each on."""
 import pytest
 import torch
 
-from rltrans.agents.memory_agent import MemoryAgent, build_backbone
+from rltrans.agents.memory_agent import build_backbone
 from rltrans.backbones.gtrxl import TransformerStack
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.core.block import BlockConfig
@@ -19,6 +19,7 @@ from rltrans.core.long_memory import (
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.learners import PPOLearner
 from rltrans.runtime.actors import LocalActor
+from tests.test_rollout import small_agent
 
 D, H, Y, M, T = 16, 4, 2, 2, 14  # window reach Y x M = 4 steps, sequences of 14
 KINDS = ("linear", "delta", "compressive")
@@ -352,18 +353,9 @@ def test_replay_fidelity_with_the_long_memory(kind):
     """PPO's first pass recomputes the acting log-probs and values: ratio exactly 1."""
     envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
     torch.manual_seed(0)
-    agent = MemoryAgent(
-        envs.single_observation_space,
-        envs.single_action_space,
-        backbone="gtrxl",
-        dim=32,
-        heads=4,
-        layers=2,
-        memory=4,
-        long_memory=kind,
-        compressed_slots=SLOTS,
-        compression_rate=RATE,  # blocks complete within the 13-step episodes
-    )
+    # blocks of the compressive memory complete within the 13-step episodes
+    options = {"long_memory": kind, "compressed_slots": SLOTS, "compression_rate": RATE}
+    agent = small_agent(envs, "gtrxl", memory=4, **options)
     for block in agent.backbone.blocks:
         loud(block.long)
     buffer = RolloutBuffer(32, 4, 8, "cpu")

@@ -12,6 +12,7 @@ from rltrans.core.span import AdaptiveSpan
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.learners import PPOLearner
 from rltrans.runtime.actors import LocalActor
+from tests.test_rollout import small_agent
 
 D, H, Y, M, T = 16, 4, 2, 6, 20
 FRACTIONS = (0.1, 0.3, 0.5, 0.2)  # spans 0.6, 1.8, 3.0, 1.2 steps of M = 6; ramp 2: reach 5
@@ -132,18 +133,7 @@ def test_attention_runs_over_the_reach_only_and_farther_steps_do_not_matter():
 def test_the_span_cost_and_the_task_both_train_the_spans_and_the_spans_are_logged():
     envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
     torch.manual_seed(0)
-    agent = MemoryAgent(
-        envs.single_observation_space,
-        envs.single_action_space,
-        backbone="gtrxl",
-        dim=32,
-        heads=4,
-        layers=2,
-        memory=8,
-        adaptive_span=True,
-        span_ramp=2,
-        span_coef=0.01,
-    )
+    agent = small_agent(envs, "gtrxl", adaptive_span=True, span_ramp=2, span_coef=0.01)
     with torch.no_grad():
         for block in agent.backbone.blocks:
             block.span.fraction.copy_(torch.tensor([0.2, 0.5, 0.6, 0.8]))  # 0.5: R + z = 6
