@@ -23,6 +23,11 @@ repeat_previous, the sequence length for autoencode. The default agents' window 
     python benchmarks/memory_suite.py                  # the full grid (a GPU: --device cuda)
     python benchmarks/memory_suite.py --tasks passive_tmaze --lengths 16 64 256 \
         --agents gtrxl gru --steps 500000 --jobs 4
+    python benchmarks/memory_suite.py --popgym medium --tasks repeat_first count_recall \
+        autoencode --agents gtrxl_fit gru_fit --steps 600000
+
+``--popgym easy|medium|hard`` runs each task at POPGym's preset of that level, every setting
+of it (count_recall's medium also counts 4 symbols, not 2), in place of ``--lengths``.
 """
 
 from __future__ import annotations
@@ -40,19 +45,38 @@ from pathlib import Path
 
 import numpy as np
 
-# Task -> (its env option, how a memory length becomes env overrides, chance return).
+# Task -> its env option, how a memory length becomes env overrides, and which constructor
+# argument is the memory length (read from POPGym's presets under --popgym).
 # Returns are POPGym's, scaled to [-1, 1]; the T-mazes' is +1 / -1 at the decision.
 TASKS: dict[str, dict] = {
-    "repeat_first": {"env": "repeat_first", "length": lambda d: [f"env.kwargs.length={d}"]},
+    "repeat_first": {
+        "env": "repeat_first",
+        "length": lambda d: [f"env.kwargs.length={d}"],
+        "memory": "length",
+    },
     "repeat_previous": {
         "env": "repeat_previous",
         "length": lambda d: [f"env.kwargs.k={d}", f"env.kwargs.episode_length={2 * d + 16}"],
+        "memory": "k",
     },
-    "count_recall": {"env": "count_recall", "length": lambda d: [f"env.kwargs.length={d}"]},
-    "autoencode": {"env": "autoencode", "length": lambda d: [f"env.kwargs.length={d}"]},
-    "passive_tmaze": {"env": "passive_tmaze", "length": lambda d: [f"env.kwargs.length={d}"]},
-    "tmaze": {"env": "tmaze", "length": lambda d: [f"env.kwargs.length={d}"]},
+    "count_recall": {
+        "env": "count_recall",
+        "length": lambda d: [f"env.kwargs.length={d}"],
+        "memory": "length",
+    },
+    "autoencode": {
+        "env": "autoencode",
+        "length": lambda d: [f"env.kwargs.length={d}"],
+        "memory": "length",
+    },
+    "passive_tmaze": {
+        "env": "passive_tmaze",
+        "length": lambda d: [f"env.kwargs.length={d}"],
+        "memory": "length",
+    },
+    "tmaze": {"env": "tmaze", "length": lambda d: [f"env.kwargs.length={d}"], "memory": "length"},
 }
+POPGYM_LEVELS = ("easy", "medium", "hard")
 BEST_RETURN = 1.0  # every task's best return
 # The plain names are the agents as configured, memory not fitted to the task
 # (agent.horizon=null: gtrxl's window 2 x 32 steps, segments of 16 steps); *_fit are the
@@ -112,9 +136,35 @@ class Result:
     run_dir: str
 
 
-def run_name(task: str, length: int, agent: str, seed: int) -> str:
+def run_name(task: str, length: int, agent: str, seed: int, popgym: str | None = None) -> str:
     """The folder of one run under --out."""
-    return f"{task}-L{length}-{agent}-s{seed}"
+    level = f"-{popgym}" if popgym else ""
+    return f"{task}-L{length}{level}-{agent}-s{seed}"
+
+
+def popgym_preset(task: str, level: str) -> dict[str, int]:
+    """POPGym's settings of ``task`` at ``level``; ValueError for a task POPGym lacks."""
+    from rltrans.envs.torch_envs import TORCH_ENVS
+
+    presets = getattr(TORCH_ENVS[TASKS[task]["env"]], "popgym_presets", None)
+    if not presets:
+        have = [t for t in TASKS if getattr(TORCH_ENVS[TASKS[t]["env"]], "popgym_presets", None)]
+        raise ValueError(f"--popgym: POPGym has no task {task!r}; it has {', '.join(have)}")
+    return dict(presets[level])
+
+
+def cells(tasks: list[str], lengths: list[int], popgym: str | None) -> list[tuple[str, int]]:
+    """(task, memory length) of the grid: every length per task, or each task's POPGym one."""
+    if popgym is None:
+        return [(task, length) for task in tasks for length in lengths]
+    return [(task, popgym_preset(task, popgym)[TASKS[task]["memory"]]) for task in tasks]
+
+
+def env_overrides(task: str, length: int, popgym: str | None) -> list[str]:
+    """The train overrides that set the task's env at ``length`` (or its POPGym preset)."""
+    if popgym is None:
+        return TASKS[task]["length"](length)
+    return [f"env.kwargs.{k}={v}" for k, v in popgym_preset(task, popgym).items()]
 
 
 # One process per run trains, then evaluates: one interpreter start and torch import, not two.
@@ -142,14 +192,14 @@ def steps_to(run: Path, tag: str, threshold: float) -> int | None:
 
 def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namespace) -> Result:
     """Train (or resume, or reuse) one run and evaluate its last checkpoint."""
-    run = Path(args.out) / run_name(task, length, agent, seed)
+    run = Path(args.out) / run_name(task, length, agent, seed, args.popgym)
     done = run / "result.json"
     if done.is_file():
         return Result(**json.loads(done.read_text()))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     train = [
         f"env={TASKS[task]['env']}",
-        *TASKS[task]["length"](length),
+        *env_overrides(task, length, args.popgym),
         *AGENTS[agent],
         f"env.num_envs={args.num_envs}",
         f"seed={seed}",
@@ -194,36 +244,33 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
     return result
 
 
-def table(results: list[Result], tasks: list[str], lengths: list[int], agents: list[str]) -> str:
+def table(results: list[Result], grid: list[tuple[str, int]], agents: list[str]) -> str:
     """The markdown table: a row per task, length and agent."""
     rows = [
         "| task | length | agent | eval return (mean, min-max over seeds) | steps to 90 % | SPS |",
         "|---|---|---|---|---|---|",
     ]
-    for task in tasks:
-        for length in lengths:
-            for agent in agents:
-                mine = [r for r in results if (r.task, r.length, r.agent) == (task, length, agent)]
-                if not mine:
-                    continue
-                values = [r.eval_return for r in mine]
-                reached = [r.steps_to_90 for r in mine if r.steps_to_90 is not None]
-                to90 = (
-                    f"{statistics.median(reached) / 1000:.0f}k ({len(reached)}/{len(mine)})"
-                    if reached
-                    else f"never (0/{len(mine)})"
-                )
-                sps = statistics.mean(r.sps for r in mine)
-                rows.append(
-                    f"| {task} | {length} | {agent} | {statistics.mean(values):.2f} "
-                    f"({min(values):.2f} to {max(values):.2f}) | {to90} | {sps:,.0f} |"
-                )
+    for task, length in grid:
+        for agent in agents:
+            mine = [r for r in results if (r.task, r.length, r.agent) == (task, length, agent)]
+            if not mine:
+                continue
+            values = [r.eval_return for r in mine]
+            reached = [r.steps_to_90 for r in mine if r.steps_to_90 is not None]
+            to90 = (
+                f"{statistics.median(reached) / 1000:.0f}k ({len(reached)}/{len(mine)})"
+                if reached
+                else f"never (0/{len(mine)})"
+            )
+            sps = statistics.mean(r.sps for r in mine)
+            rows.append(
+                f"| {task} | {length} | {agent} | {statistics.mean(values):.2f} "
+                f"({min(values):.2f} to {max(values):.2f}) | {to90} | {sps:,.0f} |"
+            )
     return "\n".join(rows)
 
 
-def draw(
-    results: list[Result], tasks: list[str], lengths: list[int], agents: list[str], out: Path
-) -> None:
+def draw(results: list[Result], grid: list[tuple[str, int]], agents: list[str], out: Path) -> None:
     """curves.png (evaluated return during training, mean and band over seeds), by_length.png."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -231,10 +278,15 @@ def draw(
     from rltrans.plot import mean_band, read_curve
 
     colours = {a: f"C{i}" for i, a in enumerate(agents)}
-    fig = Figure(figsize=(3.2 * len(lengths), 2.4 * len(tasks)), layout="constrained")
+    tasks = list(dict.fromkeys(task for task, _ in grid))
+    rows = [[length for t, length in grid if t == task] for task in tasks]
+    columns = max(len(row) for row in rows)
+    fig = Figure(figsize=(3.2 * columns, 2.4 * len(tasks)), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(tasks), len(lengths), squeeze=False, sharey=True)
-    for i, task in enumerate(tasks):
+    axes = fig.subplots(len(tasks), columns, squeeze=False, sharey=True)
+    for i, (task, lengths) in enumerate(zip(tasks, rows, strict=True)):
+        for ax in axes[i][len(lengths) :]:
+            ax.set_visible(False)
         for j, length in enumerate(lengths):
             ax = axes[i][j]
             for agent in agents:
@@ -266,7 +318,7 @@ def draw(
     for ax, task in zip(axes, tasks, strict=True):
         for agent in agents:
             xs, means, lows, highs = [], [], [], []
-            for length in lengths:
+            for length in (n for t, n in grid if t == task):
                 values = [
                     r.eval_return
                     for r in results
@@ -300,6 +352,9 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="the < 30 min preset for 2 cores")
     p.add_argument("--tasks", nargs="+", choices=list(TASKS))
     p.add_argument("--lengths", nargs="+", type=int)
+    p.add_argument(
+        "--popgym", choices=POPGYM_LEVELS, help="each task at POPGym's preset, not --lengths"
+    )
     p.add_argument("--agents", nargs="+", choices=list(AGENTS))
     p.add_argument("--seeds", type=int, help="seeds 1..N")
     p.add_argument("--steps", type=int, help="env steps per run")
@@ -315,11 +370,14 @@ def main() -> None:
             setattr(args, key, value)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        tasks_lengths = cells(args.tasks, args.lengths, args.popgym)
+    except ValueError as error:
+        p.error(str(error))
     grid = [
         (task, length, agent, seed)
         for seed in range(1, args.seeds + 1)
-        for task in args.tasks
-        for length in args.lengths
+        for task, length in tasks_lengths
         for agent in args.agents
     ]
     print(
@@ -337,15 +395,15 @@ def main() -> None:
             results.append(result)
             minutes = (time.monotonic() - start) / 60
             print(
-                f"[{n}/{len(grid)} {minutes:.1f} min] {run_name(*futures[future])}: "
+                f"[{n}/{len(grid)} {minutes:.1f} min] {run_name(*futures[future], args.popgym)}: "
                 f"eval {result.eval_return:.2f}, {result.sps:,.0f} SPS",
                 flush=True,
             )
-    text = table(results, args.tasks, args.lengths, args.agents)
+    text = table(results, tasks_lengths, args.agents)
     print(text)
     (out / "table.md").write_text(text + "\n")
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
-    draw(results, args.tasks, args.lengths, args.agents, out)
+    draw(results, tasks_lengths, args.agents, out)
     minutes = (time.monotonic() - start) / 60
     print(f"# {minutes:.1f} min; pictures: {out / 'curves.png'}, {out / 'by_length.png'}")
 

@@ -3,10 +3,13 @@ second call that reuses what is on disk instead of training again."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "memory_suite.py"
@@ -46,3 +49,32 @@ def test_the_suite_writes_its_table_and_pictures_and_reuses_finished_runs(tmp_pa
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/checkpoints/last.pt")} == stamps
     reread = json.loads((out / "results.json").read_text())
     assert sorted(reread, key=lambda r: r["run_dir"]) == sorted(results, key=lambda r: r["run_dir"])
+
+
+def load_suite():
+    spec = importlib.util.spec_from_file_location("memory_suite", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_popgym_levels_set_every_setting_of_the_preset_and_name_their_folders():
+    suite = load_suite()
+    grid = suite.cells(["repeat_first", "count_recall", "repeat_previous"], [8, 96], "medium")
+    assert grid == [("repeat_first", 415), ("count_recall", 103), ("repeat_previous", 31)]
+    assert suite.env_overrides("count_recall", 103, "medium") == [
+        "env.kwargs.length=103",
+        "env.kwargs.num_symbols=4",  # not only the length: medium counts suits
+    ]
+    assert suite.env_overrides("repeat_previous", 31, "hard") != suite.env_overrides(
+        "repeat_previous", 31, "medium"
+    )
+    assert suite.cells(["autoencode"], [8, 96], None) == [("autoencode", 8), ("autoencode", 96)]
+    medium = suite.run_name("count_recall", 103, "gru", 1, "medium")
+    assert medium != suite.run_name("count_recall", 103, "gru", 1)  # 2 symbols, not 4
+
+
+def test_popgym_levels_refuse_a_task_popgym_lacks_and_name_those_it_has():
+    with pytest.raises(ValueError, match="no task 'tmaze'.*repeat_first.*autoencode"):
+        load_suite().cells(["repeat_first", "tmaze"], [8], "easy")
