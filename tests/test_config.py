@@ -117,6 +117,18 @@ def test_unknown_keys_name_the_near_miss_and_the_valid_keys():
         load_config(["+agent.bogus=1"])
 
 
+def test_a_key_inside_a_list_says_to_set_the_whole_list_and_its_suggestion_loads():
+    key = "env.wrappers.0.kwargs.tile_size=8"
+    with pytest.raises(ConfigError) as err:
+        load_config(["env=minigrid_memory", key])
+    message = str(err.value)
+    assert "env.wrappers is a list" in message and "valid keys" not in message
+    suggestion = re.search(r"'(env\.wrappers=\[.*\])'", message).group(1)
+    cfg = load_config(["env=minigrid_memory", suggestion.replace("tile_size: 28", "tile_size: 8")])
+    assert cfg.env.wrappers[0].kwargs.tile_size == 8
+    assert cfg.env.wrappers[1].path == "minigrid.wrappers.ImgObsWrapper"
+
+
 def test_every_problem_is_reported_at_once_and_numbers_get_their_type():
     with pytest.raises(ConfigError) as err:
         load_config(["total_steps=abc", "algo.gamma=0", "agent.headss=2", "~seed"])

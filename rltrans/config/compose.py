@@ -19,12 +19,12 @@ import functools
 import re
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rltrans.config.errors import ConfigError, format_problems
 from rltrans.config.files import CONFIG_PACKAGE, config_groups, config_root, group_options
 from rltrans.config.schema import agent_knob_names, check_config, keyword_mappings
-from rltrans.config.spec import unknown_key
+from rltrans.config.spec import format_value, unknown_key
 
 OVERRIDE_SYNTAX = """\
 Overrides: key=value sets a knob. A mapping value merges into the YAML's mapping, and the
@@ -124,6 +124,13 @@ def _unknown(key: str, defaults: DictConfig, config_name: str) -> str:
     """An unknown key, the near misses of it and the keys valid at its place."""
     _, path = _lookup(defaults, key)
     parent = OmegaConf.select(defaults, ".".join(path)) if path else defaults
+    if isinstance(parent, ListConfig):  # env.wrappers.0.kwargs.x: items have no keys of their own
+        whole = ".".join(path)
+        current = format_value(OmegaConf.to_container(parent))
+        return (
+            f"config key {key!r}: {whole} is a list, whose items cannot be set one by one; "
+            f"set the whole list, quoted, e.g. '{whole}={current}'"
+        )
     # A key given without its section (dqn_replay.root), or a typo of a sibling (rooot).
     near = [k for k in _all_keys(defaults) if k.endswith("." + key)]
     prefix, last = "".join(f"{p}." for p in path), key.split(".")[len(path)]
