@@ -97,6 +97,9 @@ class TransformerStack(WindowedMemory, nn.Module):
         # position does not enter the attention scores.
         self.position_free_queries = config.position in ("none", "sinusoidal", "learned")
         self.blocks = nn.ModuleList(build_block(config) for _ in range(layers))
+        # Each layer's span reach for eager acting steps, read when an acting state is built
+        # or refreshed (step_contexts); the whole window until then.
+        self.acting_reach: tuple[int, ...] = (memory,) * layers
         # Pre-norm leaves the residual stream unnormalised: close with a LayerNorm (GPT-2's ln_f).
         self.final_norm = nn.LayerNorm(config.dim) if config.norm == "pre" else nn.Identity()
 
@@ -281,7 +284,12 @@ class TransformerStack(WindowedMemory, nn.Module):
         return StepOutput(out, self.step_end(state, *cache), {})
 
     def step_contexts(self, device: torch.device, dtype: torch.dtype) -> tuple[Any, ...]:
-        """Each layer's per-step context for a window of M steps (see ``step_context``)."""
+        """Each layer's per-step context for a window of M steps (see ``step_context``).
+
+        Also notes each layer's span reach for the eager acting steps (:attr:`acting_reach`):
+        its host read happens here, once per weight update, not at every step and layer (a
+        device sync each on CUDA). The weights do not change between refreshes."""
+        self.acting_reach = tuple(self.span_reach(b) for b in self.blocks)
         return tuple(b.attn.scheme.step_context(self.memory, device, dtype) for b in self.blocks)
 
     def step_begin(
@@ -333,7 +341,8 @@ class TransformerStack(WindowedMemory, nn.Module):
             state = block.long.State(*(t[i] for t in long)) if long else None
             wk, wv, block_mask, context = window_k[i], window_v[i], mask, contexts[i]
             if block.span is not None:  # the window's last K steps, weighted by the span
-                m, keep = self.memory, self.span_reach(block)
+                m = self.memory
+                keep = m if torch.compiler.is_compiling() else self.acting_reach[i]
                 wk, wv, block_mask = (
                     wk[:, :, m - keep :],
                     wv[:, :, m - keep :],

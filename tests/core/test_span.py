@@ -130,6 +130,30 @@ def test_attention_runs_over_the_reach_only_and_farther_steps_do_not_matter():
     torch.testing.assert_close(stack.step(y[:, 0], copy).hidden, stack.step(y[:, 0], state).hidden)
 
 
+def test_acting_reads_the_reach_once_per_refresh_not_at_every_step(monkeypatch):
+    stack = make(memory=20)
+    x = torch.randn(2, 12, D, dtype=torch.float64)
+    state = stack.initial_state(2, dtype=x.dtype)
+    assert stack.acting_reach == (12, 12)  # the longest span (0.5 x 20) + the ramp (2)
+    reads = []
+    monkeypatch.setattr(AdaptiveSpan, "reach", lambda self, w: reads.append(w) or w)
+    for t in range(12):
+        state = stack.step(x[:, t], state).state
+    assert reads == []  # no host read (a device sync on CUDA) per step and layer
+    monkeypatch.undo()
+    with torch.no_grad():
+        for block in stack.blocks:
+            block.span.fraction.copy_(torch.tensor([0.1, 0.1, 0.12, 0.1]))  # a weight update
+    state = stack.refresh_state(state)
+    assert stack.acting_reach == (5, 5)
+    y = torch.randn(2, D, dtype=torch.float64)
+    copy = state._replace(**{f: getattr(state, f).clone() for f in ("hidden", "keys", "values")})
+    copy = copy._replace(valid=state.valid.clone(), time=state.time.clone())
+    acted = stack.step(y, state).hidden
+    stack.acting_reach = (20, 20)  # the whole window: the keys beyond the reach weigh nothing
+    torch.testing.assert_close(acted, stack.step(y, copy).hidden)
+
+
 def test_the_span_cost_and_the_task_both_train_the_spans_and_the_spans_are_logged():
     envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)
     torch.manual_seed(0)
