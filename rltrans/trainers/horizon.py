@@ -24,7 +24,7 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   on the remembered cue once the policy does) and ``algo.ent_coef`` at least 0.05 (the rare
   decision keeps exploring until the memory is read; at 0.01 PPO settled on one arm first).
   A task that answers at every step (repeat-first) keeps its own: with them raised, it
-  stayed at chance at 415 steps; without, two of three seeds learned it within 600k steps.
+  stayed at chance at 415 steps; without, three of five seeds learned it within 600k steps.
 * ``algo.segment_length`` becomes at least the shortest divisor of ``algo.num_steps`` that
   spans D steps (the whole rollout at most), so gradients flow through D steps of one
   segment. PPO keeps at least ``algo.num_minibatches`` segments per update (env.num_envs x
