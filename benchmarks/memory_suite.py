@@ -315,10 +315,10 @@ def draw(results: list[Result], grid: list[tuple[str, int]], agents: list[str], 
     fig = Figure(figsize=(3.4 * len(tasks), 2.8), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(tasks), squeeze=False, sharey=True)[0]
-    for ax, task in zip(axes, tasks, strict=True):
+    for ax, task, lengths in zip(axes, tasks, rows, strict=True):
         for agent in agents:
             xs, means, lows, highs = [], [], [], []
-            for length in (n for t, n in grid if t == task):
+            for length in lengths:
                 values = [
                     r.eval_return
                     for r in results
