@@ -52,6 +52,23 @@ def test_the_decision_settings_follow_only_tasks_of_one_decision():
     assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 400), 0.05)
 
 
+def test_aggregate_tasks_get_the_delta_memory_beside_the_window():
+    """count-recall says aggregate: within the cap the window spans it and delta joins it;
+    a lookup task (repeat-first) at the same distance keeps the window alone."""
+    cfg = fitted("env=count_recall", "env.kwargs.length=103", "env.kwargs.num_symbols=4")
+    assert (cfg.agent.memory, cfg.agent.long_memory, cfg.algo.segment_length) == (
+        103,
+        "delta",
+        128,
+    )
+    assert (cfg.algo.num_steps, cfg.agent.chunk) == (128, None)  # as within the cap
+    assert fitted("env=repeat_first", "env.kwargs.length=103").agent.long_memory == "none"
+    cfg = fitted("env=count_recall", "agent.long_memory=compressive")  # a chosen one stays
+    assert cfg.agent.long_memory == "compressive"
+    assert fitted("agent=gru", "env=count_recall").agent.get("long_memory") is None
+    assert fitted("env=count_recall", "agent.horizon=null").agent.long_memory == "none"
+
+
 def test_nothing_is_lowered_and_explicit_or_null_horizons_are_honoured():
     cfg = fitted("env.kwargs.length=100", "agent.memory=300", "algo.segment_length=128")
     assert (cfg.agent.memory, cfg.algo.segment_length) == (300, 128)

@@ -117,6 +117,9 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
     # True where the task asks for one decision after a long stretch with no reward that
     # depends on memory (the T-mazes); agent.horizon then raises the discount and entropy.
     one_decision: ClassVar[bool] = False
+    # True where every answer aggregates the whole episode so far (count-recall's counts);
+    # agent.horizon then adds the delta long memory beside a transformer's window.
+    aggregate: ClassVar[bool] = False
 
     def __init__(
         self,

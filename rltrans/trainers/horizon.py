@@ -10,7 +10,11 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
 * transformer stacks (gtrxl, trxl, trxl_i), D <= 256: ``agent.memory`` becomes at least D,
   so every layer reaches back D steps in one attention hop (a query reads the stored input of
   the step it needs, with no hop through intermediate steps that a stopped gradient could not
-  teach to carry it).
+  teach to carry it). Where every answer aggregates the episode so far (a torch task whose
+  ``aggregate`` is true: count-recall), ``agent.long_memory`` also becomes ``delta`` unless
+  one is set: softmax attention reads an average over the window, not a count, and
+  count-recall was learned further with the delta state beside the window (51 steps, 600k
+  steps, seeds 1-3: mean return -0.43 against -0.64 for the window alone, ahead in each seed).
 * transformer stacks, D > 256: ``agent.long_memory`` becomes ``delta`` unless one is set (the
   whole episode at O(1) acting cost per step; steps repeated for hundreds of steps do not
   wash out what it holds), and the window stays as configured. ``algo.num_steps`` becomes
@@ -53,7 +57,7 @@ RECURRENT = ("lstm", "gru")
 
 def configured_torch_env(env_cfg: Any) -> Any:
     """One env of the configured torch-native task, to read what it says about itself
-    (``memory_distance``, ``one_decision``); None for other kinds of env."""
+    (``memory_distance``, ``one_decision``, ``aggregate``); None for other kinds of env."""
     if env_cfg.get("kind") != "torch":
         return None
     from rltrans.envs.torch_envs import make_torch_env
@@ -90,6 +94,8 @@ def fit_horizon(cfg: DictConfig) -> DictConfig:
     span_steps = distance
     if backbone in STACKS and distance <= AUTO_WINDOW_CAP:
         changes["agent.memory"] = max(agent.memory, distance)
+        if env is not None and env.aggregate and agent.get("long_memory", "none") == "none":
+            changes["agent.long_memory"] = AUTO_LONG_MEMORY  # counts: a sum, not a lookup
     elif backbone in STACKS:
         if agent.get("long_memory", "none") == "none":
             changes["agent.long_memory"] = AUTO_LONG_MEMORY
