@@ -92,13 +92,13 @@ def fit_horizon(cfg: DictConfig) -> DictConfig:
         distance = int(horizon)
     changes: dict[str, Any] = {"agent.horizon": distance}
     span_steps = distance
+    # beyond the window cap, or where answers are sums (counts), not lookups
+    wants_long = distance > AUTO_WINDOW_CAP or (env is not None and env.aggregate)
+    if backbone in STACKS and wants_long and agent.get("long_memory", "none") == "none":
+        changes["agent.long_memory"] = AUTO_LONG_MEMORY
     if backbone in STACKS and distance <= AUTO_WINDOW_CAP:
         changes["agent.memory"] = max(agent.memory, distance)
-        if env is not None and env.aggregate and agent.get("long_memory", "none") == "none":
-            changes["agent.long_memory"] = AUTO_LONG_MEMORY  # counts: a sum, not a lookup
     elif backbone in STACKS:
-        if agent.get("long_memory", "none") == "none":
-            changes["agent.long_memory"] = AUTO_LONG_MEMORY
         span_steps = agent.memory  # without a rollout to span, the window's
         if "num_steps" in algo and "segment_length" in algo:
             # a rollout (and its one segment) spans the distance, run in chunks: the gradient
