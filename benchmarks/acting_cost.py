@@ -13,9 +13,10 @@ Printed: one markdown table (agent, then ms per acting step for all N envs at ea
 step, the ratio of the last to the first, and the ratio to the GRU at the same step), also
 written as JSON to ``--out``.
 
-    python benchmarks/acting_cost.py [--agents gtrxl gtrxl_linear gtrxl_delta gtrxl_compressive
-                                     gru] [--envs 16] [--at 10 1000 100000] [--block 200]
-                                     [--device cpu] [--compiled] [--out runs/acting.json]
+    python benchmarks/acting_cost.py [--agents gtrxl gtrxl_linear gtrxl_delta gtrxl_additive
+                                     gtrxl_compressive gru] [--envs 16] [--at 10 1000 100000]
+                                     [--block 200] [--device cpu] [--compiled]
+                                     [--out runs/acting.json]
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ AGENTS: dict[str, list[str]] = {
     "gtrxl": ["agent=gtrxl"],
     "gtrxl_linear": ["agent=gtrxl", "agent.long_memory=linear"],
     "gtrxl_delta": ["agent=gtrxl", "agent.long_memory=delta"],
+    "gtrxl_additive": ["agent=gtrxl", "agent.long_memory=additive"],
     "gtrxl_compressive": ["agent=gtrxl", "agent.long_memory=compressive"],
     "gru": ["agent=gru"],
     "lstm": ["agent=lstm"],
@@ -98,7 +100,7 @@ def main() -> None:
         "--agents",
         nargs="+",
         choices=list(AGENTS),
-        default=["gtrxl", "gtrxl_linear", "gtrxl_delta", "gtrxl_compressive", "gru"],
+        default=[*(a for a in AGENTS if a.startswith("gtrxl")), "gru"],
     )
     p.add_argument("--envs", type=int, default=16)
     p.add_argument("--at", nargs="+", type=int, default=[10, 1_000, 100_000])

@@ -88,6 +88,7 @@ AGENTS: dict[str, list[str]] = {
     "gtrxl_fit": ["agent=gtrxl"],
     "gtrxl_linear": ["agent=gtrxl", FIXED, "agent.long_memory=linear"],
     "gtrxl_delta": ["agent=gtrxl", FIXED, "agent.long_memory=delta"],
+    "gtrxl_additive": ["agent=gtrxl", FIXED, "agent.long_memory=additive"],
     "gtrxl_compressive": ["agent=gtrxl", FIXED, "agent.long_memory=compressive"],
     "gtrxl_long": ["agent=gtrxl", FIXED, "agent.memory=128", "algo.segment_length=64"],
     "lstm": ["agent=lstm", FIXED],

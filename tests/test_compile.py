@@ -404,6 +404,7 @@ def test_the_compile_switch_swaps_the_acting_policy_from_outside_the_agent():
 
 LONG_OPTIONS = {
     "delta": ["agent.long_memory=delta"],
+    "additive": ["agent.long_memory=additive"],
     "compressive": [
         "agent.long_memory=compressive",
         "agent.compressed_slots=2",
@@ -415,7 +416,7 @@ LONG_OPTIONS = {
 
 @pytest.mark.parametrize("kind", list(LONG_OPTIONS))
 def test_the_long_memories_compile_to_the_eager_acting_step_and_update(kind):
-    """The delta rule's, the compressive memory's and the adaptive span's acting step
+    """The delta and sum rules', the compressive memory's and the adaptive span's acting step
     (AOTInductor) and training segment (a triangular solve; masked slot attention; a soft
     mask over the whole window, where eager cuts it to the spans' reach) under torch.compile
     give what eager gives."""

@@ -36,6 +36,16 @@ the window has forgotten. Kinds are chosen by name (``BlockConfig.long_memory``)
   A segment's u_t are the solution of one unit lower-triangular system (the recurrence solved
   for all steps at once), so training is parallel over the segment as for ``linear``. The
   state has the same layout as ``linear``'s, with z unused (zero).
+* ``additive``: the same carried state written by the sum rule (Schlag et al. 2021's name for
+  plain fast-weight writing) with the delta kind's unit q and k and no normaliser::
+
+      S_t = gamma S_{t-1} + beta_t k_t v_t^T,   r_t = S_t^T q_t
+
+  A key seen n times adds n writings, so the read grows with n: the state can hold counts
+  (how many cards of each suit so far), which a normalised read (``linear``: a weighted mean)
+  and an overwriting one (``delta``: saturates at one writing) can only approximate. The read
+  is as large as the writings that match q (up to 1 / (1 - gamma) of them), so it suits tasks
+  that aggregate over an episode; ``delta`` keeps single cues better across long corridors.
 * ``compressive`` (Rae et al. 2020, "Compressive Transformers"): every block of c consecutive
   steps of an episode (c = ``compression_rate``) is compressed by a 1-D convolution of kernel
   and stride c into one slot, and the newest Mc slots (``compressed_slots``) are kept: reach
@@ -66,7 +76,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-LongMemoryName = Literal["none", "linear", "delta", "compressive"]
+LongMemoryName = Literal["none", "linear", "delta", "additive", "compressive"]
 LONG_MEMORIES: tuple[str, ...] = get_args(LongMemoryName)
 EPS = 1e-6  # keeps the normaliser away from 0 (q . z > 0 always: phi > 0, beta > 0)
 FIRST_SCALE, SCALE_STEP = 16.0, 8.0  # head h forgets over ~16 * 8^h steps at initialisation
@@ -213,6 +223,37 @@ class DeltaMemory(LinearMemory):
         recalled = (k.unsqueeze(-2) @ S).squeeze(-2)  # (N, H, d) = (gamma S_{t-1})^T k_t
         u = beta.unsqueeze(-1) * (v - recalled)
         S = S + k.unsqueeze(-1) * u.unsqueeze(-2)
+        read = (q.unsqueeze(-2) @ S).squeeze(-2)  # (N, H, d)
+        return self.out(read.flatten(-2).to(x.dtype)), LinearState(S.to(state.S.dtype), state.z)
+
+
+class AdditiveMemory(DeltaMemory):
+    """The ``additive`` long memory of one block (see the module docstring)."""
+
+    def forward(
+        self, x: Tensor, state: LinearState, starts: Tensor | None = None
+    ) -> tuple[Tensor, LinearState]:
+        """A segment x (B, L, D) after ``state`` (B, ...); starts (B, L) bool marks episode
+        starts. Returns the read-out (B, L, D) and the state after the segment."""
+        b, length, _ = x.shape
+        q, k, v, beta = self._project(x)  # (B, L, H, d) x3, (B, L, H), unit q and k
+        q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # heads first
+        S0 = state.S.to(q.dtype)
+        decay, carry = self._decay(starts, b, length, q.dtype, x.device)
+        weights = decay * beta[:, :, None, :]  # (B, H, L, L): gamma^(t-s) beta_s
+        read = carry * (q @ S0) + ((q @ k.transpose(-1, -2)) * weights) @ v  # (B, H, L, d)
+        last = weights[:, :, -1].unsqueeze(-1)  # (B, H, L, 1): each step's weight at the end
+        S = carry[:, :, -1:] * S0 + (k * last).transpose(-1, -2) @ v
+        new = LinearState(S.to(state.S.dtype), state.z)  # z stays zero: nothing normalises
+        return self.out(read.transpose(1, 2).flatten(-2).to(x.dtype)), new
+
+    def step(self, x: Tensor, state: LinearState) -> tuple[Tensor, LinearState]:
+        """One acting step x (N, D) after ``state`` (N, ...) (reset by the caller where an
+        episode starts): the read-out (N, D) and the new state."""
+        q, k, v, beta = self._project(x)  # (N, H, d) x3, (N, H)
+        gamma = self.gamma().to(q.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
+        k = k * beta.unsqueeze(-1)
+        S = gamma * state.S.to(q.dtype) + k.unsqueeze(-1) * v.unsqueeze(-2)
         read = (q.unsqueeze(-2) @ S).squeeze(-2)  # (N, H, d)
         return self.out(read.flatten(-2).to(x.dtype)), LinearState(S.to(state.S.dtype), state.z)
 
@@ -375,6 +416,7 @@ LongState = LinearState | CompressiveState  # one layer's state of any long-memo
 MODULES: dict[str, type[nn.Module]] = {
     "linear": LinearMemory,
     "delta": DeltaMemory,
+    "additive": AdditiveMemory,
     "compressive": CompressiveMemory,
 }
 

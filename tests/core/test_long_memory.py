@@ -1,4 +1,4 @@
-"""The long memories (linear, delta, compressive): their papers' equations, and the stack
+"""The long memories (linear, delta, additive, compressive): their papers' equations, and the stack
 invariants with each on."""
 
 import pytest
@@ -9,6 +9,7 @@ from rltrans.backbones.gtrxl import TransformerStack
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.core.block import BlockConfig
 from rltrans.core.long_memory import (
+    AdditiveMemory,
     CompressiveMemory,
     DeltaMemory,
     LinearMemory,
@@ -22,7 +23,7 @@ from rltrans.runtime.actors import LocalActor
 from tests.test_rollout import small_agent
 
 D, H, Y, M, T = 16, 4, 2, 2, 14  # window reach Y x M = 4 steps, sequences of 14
-KINDS = ("linear", "delta", "compressive")
+KINDS = ("linear", "delta", "additive", "compressive")
 SLOTS, RATE = 3, 2  # the compressive memory in these tests: 7 blocks in 14 steps, 3 kept
 
 
@@ -54,7 +55,8 @@ def literal(module: LinearMemory, x, S, z, starts):
 
 
 def literal_delta(module: DeltaMemory, x, S, starts):
-    """The gated delta rule of the module docstring, one entry, head and step at a time."""
+    """The gated delta rule of the module docstring, one entry, head and step at a time; for
+    an AdditiveMemory the sum rule instead, S_t = gamma S_{t-1} + beta_t k_t v_t^T."""
     b, length, _ = x.shape
     d = module.head_dim
     w_q, w_k, w_v, w_b = module.qkv.weight.split((D, D, D, module.heads))
@@ -74,8 +76,11 @@ def literal_delta(module: DeltaMemory, x, S, starts):
                 q, k = q / q.norm(), k / k.norm()
                 v = w_v[rows] @ x_t + b_v[rows]
                 beta = torch.sigmoid(w_b[h] @ x_t + b_b[h])
-                u = beta * (v - gamma * S[i, h].T @ k)
-                S[i, h] = gamma * S[i, h] + torch.outer(k, u)
+                if isinstance(module, AdditiveMemory):
+                    S[i, h] = gamma * S[i, h] + beta * torch.outer(k, v)
+                else:
+                    u = beta * (v - gamma * S[i, h].T @ k)
+                    S[i, h] = gamma * S[i, h] + torch.outer(k, u)
                 reads[i, t, rows] = S[i, h].T @ q
     return module.out(reads), S
 
@@ -143,9 +148,10 @@ def test_linear_memory_equals_the_literal_recurrence_in_float64():
     torch.testing.assert_close(state.S, S)
 
 
-def test_delta_memory_equals_the_literal_delta_rule_in_float64():
+@pytest.mark.parametrize("kind", [DeltaMemory, AdditiveMemory])
+def test_delta_and_additive_memories_equal_their_literal_rules_in_float64(kind):
     torch.manual_seed(0)
-    module = loud(DeltaMemory(D, H)).double()
+    module = loud(kind(D, H)).double()
     x = torch.randn(3, T, D, dtype=torch.float64)
     starts = torch.zeros(3, T, dtype=torch.bool)
     starts[0, 0], starts[1, 4], starts[1, 9] = True, True, True
@@ -206,6 +212,26 @@ def test_a_repeated_step_does_not_wash_out_what_the_delta_rule_stored():
             spread[kind, length] = (read[0, -1] - read[1, -1]).norm().item()
     assert spread["delta", 500] > 0.5 * spread["delta", 20]
     assert spread["linear", 500] < 0.1 * spread["linear", 20]
+
+
+def test_the_additive_memory_counts_where_the_delta_rule_saturates():
+    """A step seen n times: the additive read for its key grows as n (a count, what
+    count-recall asks), the delta rule's stays where one writing put it."""
+    torch.manual_seed(0)
+    card = torch.randn(D, dtype=torch.float64)
+    reads = {}
+    for kind in ("additive", "delta"):
+        module = loud(build_long_memory(kind, D, H)).double()
+        with torch.no_grad():
+            module.retention.fill_(30.0)  # gamma = 1 - 1e-13: no forgetting
+            module.qkv.bias[-H:] = 30.0  # beta = 1: every step written in full
+        for n in (10, 20, 40):
+            x = card.expand(1, n, D)
+            read, _ = module(x, module.empty_state(1, dtype=x.dtype))
+            reads[kind, n] = read[0, -1]
+    for n in (20, 40):
+        torch.testing.assert_close(reads["additive", n], n / 10 * reads["additive", 10])
+        torch.testing.assert_close(reads["delta", n], reads["delta", 10])
 
 
 def test_heads_start_at_time_scales_16_x_8_to_the_h():
@@ -380,13 +406,10 @@ def test_replay_fidelity_with_the_long_memory(kind):
 
 
 def test_errors_name_the_bad_value_and_the_valid_ones():
-    with pytest.raises(
-        ValueError, match="long memory 'lstm'; valid choices: none, linear, delta, compressive"
-    ):
+    valid = "valid choices: none, linear, delta, additive, compressive"
+    with pytest.raises(ValueError, match=f"long memory 'lstm'; {valid}"):
         build_long_memory("lstm", D, H)
-    with pytest.raises(
-        ValueError, match="long memory 'x'; valid choices: none, linear, delta, compressive"
-    ):
+    with pytest.raises(ValueError, match=f"long memory 'x'; {valid}"):
         BlockConfig(dim=D, heads=H, long_memory="x")
     with pytest.raises(ValueError, match="needs memory >= 1, got 0"):
         make(memory=0)
