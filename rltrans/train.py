@@ -47,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(cfg: DictConfig) -> dict[str, Any]:
         from rltrans.run import settled_config
-        from rltrans.trainers.horizon import fit_horizon
+        from rltrans.trainers.horizon import fit_horizon, given_keys
 
         # agent.horizon: memory and segments that span the task. Before a resume too, so the
         # command line it repeats compares equal to the fitted config the run saved.
-        cfg = fit_horizon(cfg)
+        cfg = fit_horizon(cfg, given_keys(argv))
         cfg = settled_config(cfg, argv)  # a resumed run continues its saved config
         kind = cfg.algo.kind
         if kind not in TRAINERS:

@@ -5,7 +5,7 @@ import yaml
 
 from rltrans import evaluate, train
 from rltrans.config import load_config
-from rltrans.trainers.horizon import fit_horizon, spanning_segment
+from rltrans.trainers.horizon import MYOPIC_GAMMA, fit_horizon, given_keys, spanning_segment
 
 
 @pytest.mark.parametrize(
@@ -18,7 +18,7 @@ def test_spanning_segment_is_the_shortest_divisor_that_spans(distance, num_steps
 
 
 def fitted(*overrides):
-    return fit_horizon(load_config(list(overrides), "train"))
+    return fit_horizon(load_config(list(overrides), "train"), given_keys(overrides))
 
 
 def test_auto_fits_the_tmaze_corridor_and_goes_delta_beyond_the_window_cap():
@@ -42,10 +42,11 @@ def test_auto_fits_the_tmaze_corridor_and_goes_delta_beyond_the_window_cap():
 
 def test_the_decision_settings_follow_only_tasks_of_one_decision():
     """The T-mazes say one_decision: gamma and the entropy floor rise with the distance;
-    repeat-first answers at every step and keeps PPO's own beyond the cap."""
+    repeat-first answers at every step and keeps PPO's entropy beyond the cap (its discount is
+    a myopic task's)."""
     cfg = fitted("env=repeat_first", "env.kwargs.length=415")
     assert (cfg.agent.long_memory, cfg.algo.num_steps, cfg.agent.chunk) == ("delta", 512, 64)
-    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (0.99, 0.01)
+    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (MYOPIC_GAMMA, 0.01)
     cfg = fitted("env=passive_tmaze", "env.kwargs.length=1000")
     assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 1001), 0.05)
     cfg = fitted("env=gym", "env.id=CartPole-v1", "agent.horizon=400")  # says nothing: decision
@@ -67,6 +68,23 @@ def test_aggregate_tasks_get_the_delta_memory_beside_the_window():
     assert cfg.agent.long_memory == "compressive"
     assert fitted("agent=gru", "env=count_recall").agent.get("long_memory") is None
     assert fitted("env=count_recall", "agent.horizon=null").agent.long_memory == "none"
+
+
+@pytest.mark.parametrize("agent", ["gtrxl", "gru"])
+def test_myopic_tasks_get_a_low_discount_unless_one_is_given(agent):
+    """Where no answer changes what comes later, every discount has the same best policy and
+    a low one keeps the later answers' rewards out of each advantage."""
+    for env in ("count_recall", "repeat_first", "autoencode", "repeat_previous"):
+        assert fitted(f"agent={agent}", f"env={env}").algo.gamma == MYOPIC_GAMMA
+    assert fitted(f"agent={agent}", "env=count_recall", "algo.gamma=0.9").algo.gamma == 0.9
+    assert fitted(f"agent={agent}", "env=count_recall", "algo=impala").algo.gamma == MYOPIC_GAMMA
+    assert fitted(f"agent={agent}", "env=tmaze").algo.gamma == 0.99  # actions steer
+    assert fitted(f"agent={agent}", "env=count_recall", "agent.horizon=null").algo.gamma == 0.99
+    assert given_keys(["algo.gamma=0.5", "+x.y=1", "agent=gru", "--cfg"]) == {
+        "algo.gamma",
+        "x.y",
+        "agent",
+    }
 
 
 def test_nothing_is_lowered_and_explicit_or_null_horizons_are_honoured():

@@ -120,6 +120,10 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
     # True where every answer aggregates the whole episode so far (count-recall's counts);
     # agent.horizon then adds the delta long memory beside a transformer's window.
     aggregate: ClassVar[bool] = False
+    # True where no action changes what the task shows or pays later: each reward grades the
+    # action of its own step (POPGym's tasks), so every discount has the same best policy and
+    # agent.horizon lowers algo.gamma to cut the other steps' rewards out of each advantage.
+    myopic: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -79,6 +79,7 @@ class CountRecall(TorchVectorEnv):
     """
 
     aggregate = True  # an answer counts over every step of the episode so far
+    myopic = True  # an answer never changes what is shown or paid later
 
     # POPGym's CountRecallEasy/Medium/Hard (see the module docstring).
     popgym_presets: ClassVar[dict[str, dict[str, int]]] = {

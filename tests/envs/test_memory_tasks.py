@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from rltrans.envs.torch_envs import (
+    TORCH_ENVS,
     Autoencode,
     CountRecall,
     PassiveTMaze,
@@ -321,6 +322,40 @@ def test_seeds_reproduce_and_differ(name):
         return torch.cat(trace, 1)
 
     assert torch.equal(rollout(1), rollout(1)) and not torch.equal(rollout(1), rollout(2))
+
+
+def answers_change_nothing_later(name: str, **kwargs) -> bool:
+    """Two copies of a task from one seed, answered differently at odd steps and alike at even
+    ones: True if they show the same observations throughout and pay the same where the
+    answers agree (what ``myopic`` claims)."""
+    envs = [make_torch_env(name, 16, **kwargs) for _ in range(2)]
+    obs = [env.reset(seed=3)[0] for env in envs]
+    gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+    n = int(envs[0].single_action_space.n)
+    for t in range(40):
+        a = torch.randint(0, n, (16,), generator=gens[0])
+        acts = [a, torch.randint(0, n, (16,), generator=gens[1]) if t % 2 else a]
+        steps = [env.step(a) for env, a in zip(envs, acts, strict=True)]
+        if not torch.equal(obs[0], obs[1]):
+            return False
+        same = acts[0] == acts[1]
+        if not torch.equal(steps[0][1][same], steps[1][1][same]):
+            return False
+        obs = [step[0] for step in steps]
+    return True
+
+
+def test_myopic_tasks_are_those_whose_answers_change_nothing_later():
+    """agent.horizon lowers the discount where a task says ``myopic``; the claim holds for each
+    task that makes it, and the check catches a task whose actions steer (the T-maze)."""
+    myopic = {name for name, cls in TORCH_ENVS.items() if cls.myopic}
+    assert myopic == {"repeat_first", "repeat_previous", "count_recall", "autoencode"}
+    for name in myopic:
+        assert answers_change_nothing_later(name, **SMALL[name]), name
+    assert not answers_change_nothing_later("tmaze", length=3)
+    # the passive T-maze's answers change nothing later either, but it says one_decision:
+    # its one reward comes after the whole corridor, and there the discount is raised
+    assert answers_change_nothing_later("passive_tmaze", **SMALL["passive_tmaze"])
 
 
 @pytest.mark.parametrize("name", TASKS)
