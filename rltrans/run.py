@@ -184,7 +184,7 @@ def default_run_dir(name: str, seed: int) -> Path:
     return Path("runs") / f"{name}-s{seed}-{stamp}-{secrets.token_hex(3)}"
 
 
-def _override_keys(overrides: Sequence[str]) -> list[str]:
+def override_keys(overrides: Sequence[str]) -> list[str]:
     """The config keys a list of command-line overrides sets (``+a.b=1`` -> ``a.b``)."""
     keys = []
     for item in overrides:
@@ -208,7 +208,7 @@ def resume_config(saved: DictConfig, given: DictConfig, overrides: Sequence[str]
     """
     changed = []
     merged = saved.copy()
-    for key in _override_keys(overrides):
+    for key in override_keys(overrides):
         old, new = _select(saved, key), _select(given, key)
         if old == new:
             continue

@@ -46,12 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run(cfg: DictConfig) -> dict[str, Any]:
-        from rltrans.run import settled_config
-        from rltrans.trainers.horizon import fit_horizon, given_keys
+        from rltrans.run import override_keys, settled_config
+        from rltrans.trainers.horizon import fit_horizon
 
         # agent.horizon: memory and segments that span the task. Before a resume too, so the
         # command line it repeats compares equal to the fitted config the run saved.
-        cfg = fit_horizon(cfg, given_keys(argv))
+        cfg = fit_horizon(cfg, override_keys(argv))
         cfg = settled_config(cfg, argv)  # a resumed run continues its saved config
         kind = cfg.algo.kind
         if kind not in TRAINERS:

@@ -5,7 +5,8 @@ import yaml
 
 from rltrans import evaluate, train
 from rltrans.config import load_config
-from rltrans.trainers.horizon import MYOPIC_GAMMA, fit_horizon, given_keys, spanning_segment
+from rltrans.run import override_keys
+from rltrans.trainers.horizon import MYOPIC_GAMMA, fit_horizon, spanning_segment
 
 
 @pytest.mark.parametrize(
@@ -18,7 +19,7 @@ def test_spanning_segment_is_the_shortest_divisor_that_spans(distance, num_steps
 
 
 def fitted(*overrides):
-    return fit_horizon(load_config(list(overrides), "train"), given_keys(overrides))
+    return fit_horizon(load_config(list(overrides), "train"), override_keys(overrides))
 
 
 def test_auto_fits_the_tmaze_corridor_and_goes_delta_beyond_the_window_cap():
@@ -80,7 +81,7 @@ def test_myopic_tasks_get_a_low_discount_unless_one_is_given(agent):
     assert fitted(f"agent={agent}", "env=count_recall", "algo=impala").algo.gamma == MYOPIC_GAMMA
     assert fitted(f"agent={agent}", "env=tmaze").algo.gamma == 0.99  # actions steer
     assert fitted(f"agent={agent}", "env=count_recall", "agent.horizon=null").algo.gamma == 0.99
-    assert given_keys(["algo.gamma=0.5", "+x.y=1", "agent=gru", "--cfg"]) == {
+    assert set(override_keys(["algo.gamma=0.5", "+x.y=1", "agent=gru", "--cfg"])) == {
         "algo.gamma",
         "x.y",
         "agent",

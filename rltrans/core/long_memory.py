@@ -152,21 +152,28 @@ class LinearMemory(nn.Module):
     ) -> tuple[Tensor, LinearState]:
         """A segment x (B, L, D) after ``state`` (B, ...); starts (B, L) bool marks episode
         starts. Returns the read-out (B, L, D) and the state after the segment."""
-        b, length, _ = x.shape
         q, k, v, beta = self._project(x)  # (B, L, H, d) x3, (B, L, H)
         q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # heads first
-        decay, carry = self._decay(starts, b, length, x.dtype, x.device)
-        weights = decay * beta[:, :, None, :]  # (B, H, L, L): gamma^(t-s) beta_s
-        scores = (q @ k.transpose(-1, -2)) * weights  # (B, H, L, L)
-        num = carry * (q @ state.S) + scores @ v  # (B, H, L, d)
-        den = carry[..., 0] * (q @ state.z.unsqueeze(-1))[..., 0] + scores.sum(-1)  # (B, H, L)
-        read = num / (den.unsqueeze(-1) + EPS)
-        last = weights[:, :, -1]  # (B, H, L): weight of each step in the final state
-        new = LinearState(
-            carry[:, :, -1:] * state.S + (k * last.unsqueeze(-1)).transpose(-1, -2) @ v,
-            carry[:, :, -1, :] * state.z + (k * last.unsqueeze(-1)).sum(-2),
-        )
+        # z is S's column for a constant value 1: one sum rule gives numerator and normaliser
+        ones = torch.ones_like(v[..., :1])
+        Sz = torch.cat([state.S, state.z.unsqueeze(-1)], dim=-1)  # (B, H, d, d + 1)
+        sums, Sz = self._sum_rule(q, k, torch.cat([v, ones], dim=-1), beta, Sz, starts)
+        read = sums[..., :-1] / (sums[..., -1:] + EPS)
+        new = LinearState(Sz[..., :-1], Sz[..., -1])
         return self.out(read.transpose(1, 2).flatten(-2)), new
+
+    def _sum_rule(
+        self, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, S0: Tensor, starts: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """The sum rule S_t = gamma S_{t-1} + beta_t k_t v_t^T over a segment, heads first:
+        q, k (B, H, L, d), v (B, H, L, e), beta (B, H, L), S0 (B, H, d, e). Returns the reads
+        q_t^T S_t (B, H, L, e) and the state after the segment (B, H, d, e)."""
+        b, _, length, _ = q.shape
+        decay, carry = self._decay(starts, b, length, q.dtype, q.device)
+        weights = decay * beta[:, :, None, :]  # (B, H, L, L): gamma^(t-s) beta_s
+        reads = carry * (q @ S0) + ((q @ k.transpose(-1, -2)) * weights) @ v
+        last = weights[:, :, -1].unsqueeze(-1)  # (B, H, L, 1): each step's weight at the end
+        return reads, carry[:, :, -1:] * S0 + (k * last).transpose(-1, -2) @ v
 
     def step(self, x: Tensor, state: LinearState) -> tuple[Tensor, LinearState]:
         """One acting step x (N, D) after ``state`` (N, ...) (reset by the caller where an
@@ -235,15 +242,9 @@ class AdditiveMemory(DeltaMemory):
     ) -> tuple[Tensor, LinearState]:
         """A segment x (B, L, D) after ``state`` (B, ...); starts (B, L) bool marks episode
         starts. Returns the read-out (B, L, D) and the state after the segment."""
-        b, length, _ = x.shape
         q, k, v, beta = self._project(x)  # (B, L, H, d) x3, (B, L, H), unit q and k
         q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # heads first
-        S0 = state.S.to(q.dtype)
-        decay, carry = self._decay(starts, b, length, q.dtype, x.device)
-        weights = decay * beta[:, :, None, :]  # (B, H, L, L): gamma^(t-s) beta_s
-        read = carry * (q @ S0) + ((q @ k.transpose(-1, -2)) * weights) @ v  # (B, H, L, d)
-        last = weights[:, :, -1].unsqueeze(-1)  # (B, H, L, 1): each step's weight at the end
-        S = carry[:, :, -1:] * S0 + (k * last).transpose(-1, -2) @ v
+        read, S = self._sum_rule(q, k, v, beta, state.S.to(q.dtype), starts)  # no normaliser
         new = LinearState(S.to(state.S.dtype), state.z)  # z stays zero: nothing normalises
         return self.out(read.transpose(1, 2).flatten(-2).to(x.dtype)), new
 

@@ -82,16 +82,12 @@ def spanning_segment(distance: int, num_steps: int) -> int:
     return next(d for d in range(want, num_steps + 1) if num_steps % d == 0)
 
 
-def given_keys(argv: Collection[str]) -> frozenset[str]:
-    """The config keys a command line sets (``algo.gamma=0.9`` -> ``algo.gamma``)."""
-    return frozenset(a.split("=", 1)[0].lstrip("+~") for a in argv if "=" in a)
-
-
 def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
     """``cfg`` with agent.memory, agent.long_memory, algo.segment_length and, beyond the
     window cap, algo.num_steps, agent.chunk, algo.gamma and algo.ent_coef fitted to
     ``agent.horizon`` (see the module docstring); agent.horizon becomes the distance used.
-    ``given``: keys set on the command line (a myopic task's discount keeps one given)."""
+    ``given``: keys set on the command line (``rltrans.run.override_keys``; a myopic task's
+    discount keeps one given)."""
     agent, algo = cfg.agent, cfg.algo
     horizon = agent.get("horizon")
     backbone = agent.get("backbone")
