@@ -191,6 +191,13 @@ def steps_to(run: Path, tag: str, threshold: float) -> int | None:
     return int(hit[0]) if hit else None
 
 
+def logged_sps(run: Path) -> float:
+    """The run's last logged speed: a run finished before this call trains nothing now."""
+    from rltrans.plot import read_curve
+
+    return float(read_curve(run, "charts/SPS", "step").y[-1])
+
+
 def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namespace) -> Result:
     """Train (or resume, or reuse) one run and evaluate its last checkpoint."""
     run = Path(args.out) / run_name(task, length, agent, seed, args.popgym)
@@ -238,7 +245,7 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
         seed,
         float(scored["mean_return"]),
         steps_to(run, CURVE, 0.9 * BEST_RETURN),
-        float(trained.get("SPS") or 0.0),
+        float(trained.get("SPS") or 0.0) or logged_sps(run),
         str(run),
     )
     done.write_text(json.dumps(asdict(result)))

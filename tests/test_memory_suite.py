@@ -50,6 +50,16 @@ def test_the_suite_writes_its_table_and_pictures_and_reuses_finished_runs(tmp_pa
     reread = json.loads((out / "results.json").read_text())
     assert sorted(reread, key=lambda r: r["run_dir"]) == sorted(results, key=lambda r: r["run_dir"])
 
+    # A finished run without its result (trained elsewhere, or before a crash) is evaluated,
+    # not trained again, and keeps the speed it logged while training.
+    run = Path(results[0]["run_dir"])
+    (run / "result.json").unlink()
+    third = run_suite(out)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/checkpoints/last.pt")} == stamps
+    redone = json.loads((run / "result.json").read_text())
+    assert redone["sps"] == pytest.approx(load_suite().logged_sps(run)) and redone["sps"] > 0
+
 
 def load_suite():
     spec = importlib.util.spec_from_file_location("memory_suite", SCRIPT)
