@@ -7,7 +7,8 @@ parallel processes (``--jobs``) and to folders of their own under ``--out``; a r
 result is on disk is not done again, an interrupted one resumes from its checkpoint, so the
 suite can be stopped and started at will.
 
-Printed: one table (task, length, agent: final evaluated return over the seeds as mean and
+Printed: one table (task, length, agent, env steps per run (``--steps``, or a task's own
+``--task-steps TASK=STEPS``): final evaluated return over the seeds as mean and
 range, env steps until the deterministic evaluations during training (``algo.eval_every``)
 first reach 90 % of the task's best return, SPS). Written to ``--out``: ``table.md``,
 ``results.json`` and two pictures, ``curves.png`` (evaluated return against env steps, mean
@@ -24,7 +25,7 @@ repeat_previous, the sequence length for autoencode. The default agents' window 
     python benchmarks/memory_suite.py --tasks passive_tmaze --lengths 16 64 256 \
         --agents gtrxl gru --steps 500000 --jobs 4
     python benchmarks/memory_suite.py --popgym medium --tasks repeat_first count_recall \
-        autoencode --agents gtrxl_fit gru_fit --steps 600000
+        autoencode --agents gtrxl_fit gru_fit --steps 2000000 --task-steps repeat_first=1000000
 
 ``--popgym easy|medium|hard`` runs each task at POPGym's preset of that level, every setting
 of it (count_recall's medium also counts 4 symbols, not 2), in place of ``--lengths``.
@@ -211,7 +212,7 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
         *AGENTS[agent],
         f"env.num_envs={args.num_envs}",
         f"seed={seed}",
-        f"total_steps={args.steps}",
+        f"total_steps={budget(task, args)}",
         f"device={args.device}",
         f"run_dir={run}",
         f"algo.eval_every={args.eval_every}",
@@ -221,7 +222,12 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
         "compile=false",
     ]
     if (run / "checkpoints" / "last.pt").is_file():
-        train = ["resume=true", f"run_dir={run}", f"total_steps={args.steps}", "progress=false"]
+        train = [
+            "resume=true",
+            f"run_dir={run}",
+            f"total_steps={budget(task, args)}",
+            "progress=false",
+        ]
     evaluate = [
         f"checkpoint={run}",
         f"episodes={EVAL_EPISODES}",
@@ -252,11 +258,36 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
     return result
 
 
-def table(results: list[Result], grid: list[tuple[str, int]], agents: list[str]) -> str:
-    """The markdown table: a row per task, length and agent."""
+def budget(task: str, args: argparse.Namespace) -> int:
+    """The env steps of each run of ``task``: its --task-steps entry, else --steps."""
+    return args.task_steps.get(task, args.steps)
+
+
+def task_steps(entries: list[str], tasks: list[str]) -> dict[str, int]:
+    """--task-steps TASK=STEPS entries as a dict; ValueError naming a bad entry."""
+    budgets = {}
+    for entry in entries:
+        task, _, steps = entry.partition("=")
+        if task not in tasks or not steps.isdigit() or int(steps) <= 0:
+            raise ValueError(
+                f"--task-steps {entry!r}: expected TASK=STEPS with STEPS > 0 and TASK one of "
+                f"the tasks run: {', '.join(tasks)}"
+            )
+        budgets[task] = int(steps)
+    return budgets
+
+
+def table(
+    results: list[Result],
+    grid: list[tuple[str, int]],
+    agents: list[str],
+    budgets: dict[str, int],
+) -> str:
+    """The markdown table: a row per task, length and agent, with the env steps of its runs."""
     rows = [
-        "| task | length | agent | eval return (mean, min-max over seeds) | steps to 90 % | SPS |",
-        "|---|---|---|---|---|---|",
+        "| task | length | agent | env steps | eval return (mean, min-max over seeds) "
+        "| steps to 90 % | SPS |",
+        "|---|---|---|---|---|---|---|",
     ]
     for task, length in grid:
         for agent in agents:
@@ -272,7 +303,8 @@ def table(results: list[Result], grid: list[tuple[str, int]], agents: list[str])
             )
             sps = statistics.mean(r.sps for r in mine)
             rows.append(
-                f"| {task} | {length} | {agent} | {statistics.mean(values):.2f} "
+                f"| {task} | {length} | {agent} | {budgets[task]:,} "
+                f"| {statistics.mean(values):.2f} "
                 f"({min(values):.2f} to {max(values):.2f}) | {to90} | {sps:,.0f} |"
             )
     return "\n".join(rows)
@@ -366,6 +398,13 @@ def main() -> None:
     p.add_argument("--agents", nargs="+", choices=list(AGENTS))
     p.add_argument("--seeds", type=int, help="seeds 1..N")
     p.add_argument("--steps", type=int, help="env steps per run")
+    p.add_argument(
+        "--task-steps",
+        nargs="+",
+        default=[],
+        metavar="TASK=STEPS",
+        help="env steps per run of these tasks, in place of --steps",
+    )
     p.add_argument("--num-envs", type=int, help="envs per run")
     p.add_argument("--eval-every", type=int, default=4, help="updates between evaluations")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs at once")
@@ -380,6 +419,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     try:
         tasks_lengths = cells(args.tasks, args.lengths, args.popgym)
+        args.task_steps = task_steps(args.task_steps, args.tasks)
     except ValueError as error:
         p.error(str(error))
     grid = [
@@ -389,7 +429,8 @@ def main() -> None:
         for agent in args.agents
     ]
     print(
-        f"# {len(grid)} runs of {args.steps:,} env steps in {out}, {args.jobs} at a time",
+        f"# {len(grid)} runs of {', '.join(f'{budget(t, args):,}' for t in args.tasks)} env "
+        f"steps ({', '.join(args.tasks)}) in {out}, {args.jobs} at a time",
         flush=True,
     )
     start, results = time.monotonic(), []
@@ -407,7 +448,7 @@ def main() -> None:
                 f"eval {result.eval_return:.2f}, {result.sps:,.0f} SPS",
                 flush=True,
             )
-    text = table(results, tasks_lengths, args.agents)
+    text = table(results, tasks_lengths, args.agents, {t: budget(t, args) for t in args.tasks})
     print(text)
     (out / "table.md").write_text(text + "\n")
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))

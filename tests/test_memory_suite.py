@@ -18,6 +18,7 @@ SCRIPT = ROOT / "benchmarks" / "memory_suite.py"
 def run_suite(out: Path) -> subprocess.CompletedProcess:
     args = ["--tasks", "passive_tmaze", "repeat_previous", "--lengths", "2", "4"]
     args += ["--agents", "mlp", "--seeds", "2", "--steps", "1024", "--num-envs", "4"]
+    args += ["--task-steps", "repeat_previous=2048"]
     args += ["--eval-every", "1", "--jobs", "2", "--out", str(out)]
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args],
@@ -39,7 +40,13 @@ def test_the_suite_writes_its_table_and_pictures_and_reuses_finished_runs(tmp_pa
     }
     assert all(-1.0 <= r["eval_return"] <= 1.0 and r["sps"] > 0 for r in results)
     table = (out / "table.md").read_text().splitlines()
-    assert table[0].startswith("| task | length | agent |") and len(table) == 2 + 4
+    assert table[0].startswith("| task | length | agent | env steps |") and len(table) == 2 + 4
+    for r in results:  # --task-steps gives repeat_previous its own budget
+        budget = 2048 if r["task"] == "repeat_previous" else 1024
+        config = (Path(r["run_dir"]) / "config.yaml").read_text()
+        assert f"total_steps: {budget}\n" in config
+        row = next(row for row in table if row.startswith(f"| {r['task']} | {r['length']} |"))
+        assert row.split(" | ")[3] == f"{budget:,}"
     for picture in ("curves.png", "by_length.png"):
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -88,3 +95,13 @@ def test_popgym_levels_set_every_setting_of_the_preset_and_name_their_folders():
 def test_popgym_levels_refuse_a_task_popgym_lacks_and_name_those_it_has():
     with pytest.raises(ValueError, match="no task 'tmaze'.*repeat_first.*autoencode"):
         load_suite().cells(["repeat_first", "tmaze"], [8], "easy")
+
+
+def test_task_steps_name_the_bad_entry_and_the_tasks_run():
+    suite = load_suite()
+    assert suite.task_steps(["count_recall=2000"], ["repeat_first", "count_recall"]) == {
+        "count_recall": 2000
+    }
+    for bad in ("tmaze=2000", "count_recall=0", "count_recall=2e6", "count_recall"):
+        with pytest.raises(ValueError, match=f"'{bad}'.*repeat_first, count_recall"):
+            suite.task_steps([bad], ["repeat_first", "count_recall"])
