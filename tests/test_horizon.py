@@ -54,17 +54,20 @@ def test_the_decision_settings_follow_only_tasks_of_one_decision():
     assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 400), 0.05)
 
 
-def test_aggregate_tasks_get_the_delta_memory_beside_the_window():
-    """count-recall says aggregate: within the cap the window spans it and delta joins it;
-    a lookup task (repeat-first) at the same distance keeps the window alone."""
+def test_aggregate_tasks_get_the_additive_memory_beside_the_window():
+    """count-recall says aggregate: within the cap the window spans it and the additive
+    (counting) memory joins it, beyond the cap too; a lookup task (repeat-first) at the same
+    distance keeps the window alone, and beyond the cap gets delta."""
     cfg = fitted("env=count_recall", "env.kwargs.length=103", "env.kwargs.num_symbols=4")
     assert (cfg.agent.memory, cfg.agent.long_memory, cfg.algo.segment_length) == (
         103,
-        "delta",
+        "additive",
         128,
     )
     assert (cfg.algo.num_steps, cfg.agent.chunk) == (128, None)  # as within the cap
     assert fitted("env=repeat_first", "env.kwargs.length=103").agent.long_memory == "none"
+    assert fitted("env=count_recall", "env.kwargs.length=400").agent.long_memory == "additive"
+    assert fitted("env=repeat_first", "env.kwargs.length=400").agent.long_memory == "delta"
     cfg = fitted("env=count_recall", "agent.long_memory=compressive")  # a chosen one stays
     assert cfg.agent.long_memory == "compressive"
     assert fitted("agent=gru", "env=count_recall").agent.get("long_memory") is None
