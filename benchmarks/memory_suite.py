@@ -321,9 +321,12 @@ def draw(results: list[Result], grid: list[tuple[str, int]], agents: list[str], 
     tasks = list(dict.fromkeys(task for task, _ in grid))
     rows = [[length for t, length in grid if t == task] for task in tasks]
     columns = max(len(row) for row in rows)
-    fig = Figure(figsize=(3.2 * columns, 2.4 * len(tasks)), layout="constrained")
+    side_by_side = columns == 1  # one length per task (a POPGym level): the tasks in one row
+    shape = (1, len(tasks)) if side_by_side else (len(tasks), columns)
+    fig = Figure(figsize=(3.2 * shape[1], 2.4 * shape[0] + 0.5), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(tasks), columns, squeeze=False, sharey=True)
+    panels = fig.subplots(*shape, squeeze=False, sharey=True)
+    axes = panels.T if side_by_side else panels  # axes[task][length]
     for i, (task, lengths) in enumerate(zip(tasks, rows, strict=True)):
         for ax in axes[i][len(lengths) :]:
             ax.set_visible(False)
@@ -343,9 +346,9 @@ def draw(results: list[Result], grid: list[tuple[str, int]], agents: list[str], 
                 ax.fill_between(group.x, low, high, color=colours[agent], alpha=0.2, linewidth=0)
             ax.set_title(f"{task}, length {length}", fontsize="small")
             ax.grid(alpha=0.3)
-            if i == len(tasks) - 1:
+            if side_by_side or i == len(tasks) - 1:
                 ax.set_xlabel("env steps", fontsize="small")
-            if j == 0:
+            if (i if side_by_side else j) == 0:
                 ax.set_ylabel("eval return during training", fontsize="small")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=len(agents), fontsize="small")
