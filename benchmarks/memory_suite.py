@@ -206,13 +206,14 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
     if done.is_file():
         return Result(**json.loads(done.read_text()))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    steps = budget(task, args)
     train = [
         f"env={TASKS[task]['env']}",
         *env_overrides(task, length, args.popgym),
         *AGENTS[agent],
         f"env.num_envs={args.num_envs}",
         f"seed={seed}",
-        f"total_steps={budget(task, args)}",
+        f"total_steps={steps}",
         f"device={args.device}",
         f"run_dir={run}",
         f"algo.eval_every={args.eval_every}",
@@ -222,12 +223,7 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
         "compile=false",
     ]
     if (run / "checkpoints" / "last.pt").is_file():
-        train = [
-            "resume=true",
-            f"run_dir={run}",
-            f"total_steps={budget(task, args)}",
-            "progress=false",
-        ]
+        train = ["resume=true", f"run_dir={run}", f"total_steps={steps}", "progress=false"]
     evaluate = [
         f"checkpoint={run}",
         f"episodes={EVAL_EPISODES}",
