@@ -72,6 +72,11 @@ def test_aggregate_tasks_get_the_additive_memory_beside_the_window():
     assert cfg.agent.long_memory == "compressive"
     assert fitted("agent=gru", "env=count_recall").agent.get("long_memory") is None
     assert fitted("env=count_recall", "agent.horizon=null").agent.long_memory == "none"
+    # none on the command line is a choice too: the window alone, still fitted to the task
+    cfg = fitted("env=count_recall", "env.kwargs.length=103", "agent.long_memory=none")
+    assert (cfg.agent.long_memory, cfg.agent.memory) == ("none", 103)
+    cfg = fitted("env=repeat_first", "env.kwargs.length=400", "agent.long_memory=none")
+    assert (cfg.agent.long_memory, cfg.algo.num_steps, cfg.agent.chunk) == ("none", 512, 64)
 
 
 @pytest.mark.parametrize("agent", ["gtrxl", "gru"])

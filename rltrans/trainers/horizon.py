@@ -13,8 +13,9 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   teach to carry it).
 * transformer stacks, where every answer aggregates the episode so far (a torch task whose
   ``aggregate`` is true: count-recall), at any D: ``agent.long_memory`` becomes ``additive``
-  unless one is set. Softmax attention reads an average over the window, not a count, and
-  the delta rule saturates at one writing per key; the sum rule's read grows with the count.
+  unless one is set (``agent.long_memory=none`` on the command line keeps the window
+  alone). Softmax attention reads an average over the window, not a count, and the delta
+  rule saturates at one writing per key; the sum rule's read grows with the count.
   On count-recall at POPGym's Medium preset (103 steps, 4 suits, gamma 0.01, 2M steps,
   seeds 1-3) the additive state beside the window reached 0.57 / 0.80 / 0.35 against
   -0.05 / 0.24 / -0.12 with delta (the GRU: -0.53 / -0.53 / -0.59), answering most steps
@@ -93,7 +94,7 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
     window cap, algo.num_steps, agent.chunk, algo.gamma and algo.ent_coef fitted to
     ``agent.horizon`` (see the module docstring); agent.horizon becomes the distance used.
     ``given``: keys set on the command line (``rltrans.run.override_keys``; a myopic task's
-    discount keeps one given)."""
+    discount and a long memory, ``none`` too, keep the values given)."""
     agent, algo = cfg.agent, cfg.algo
     horizon = agent.get("horizon")
     backbone = agent.get("backbone")
@@ -111,7 +112,8 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
     span_steps = distance
     # where answers are sums (counts), not lookups, or beyond the window cap
     aggregate = env is not None and env.aggregate
-    if backbone in STACKS and agent.get("long_memory", "none") == "none":
+    chosen = "agent.long_memory" in given or agent.get("long_memory", "none") != "none"
+    if backbone in STACKS and not chosen:  # a long memory on the command line, none too, stays
         if aggregate:
             changes["agent.long_memory"] = AGGREGATE_LONG_MEMORY
         elif distance > AUTO_WINDOW_CAP:
