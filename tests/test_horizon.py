@@ -6,7 +6,12 @@ import yaml
 from rltrans import evaluate, train
 from rltrans.config import load_config
 from rltrans.run import override_keys
-from rltrans.trainers.horizon import MYOPIC_GAMMA, fit_horizon, spanning_segment
+from rltrans.trainers.horizon import (
+    MANY_ANSWERS_ENT_COEF,
+    MYOPIC_GAMMA,
+    fit_horizon,
+    spanning_segment,
+)
 
 
 @pytest.mark.parametrize(
@@ -94,6 +99,24 @@ def test_myopic_tasks_get_a_low_discount_unless_one_is_given(agent):
         "x.y",
         "agent",
     }
+
+
+@pytest.mark.parametrize("agent", ["gtrxl", "gru"])
+def test_myopic_tasks_with_many_answers_get_a_larger_entropy_bonus(agent):
+    """count-recall answers with 27 (Hard: 17) counts, the high ones rare: the entropy bonus
+    rises so PPO tries them before its policy settles; the 4-symbol tasks keep PPO's."""
+    for length, symbols in ((51, 2), (103, 4), (207, 13)):  # POPGym's Easy, Medium, Hard
+        kwargs = (f"env.kwargs.length={length}", f"env.kwargs.num_symbols={symbols}")
+        cfg = fitted(f"agent={agent}", "env=count_recall", *kwargs)
+        assert cfg.algo.ent_coef == MANY_ANSWERS_ENT_COEF
+    for env in ("repeat_first", "autoencode", "repeat_previous", "tmaze"):
+        assert fitted(f"agent={agent}", f"env={env}").algo.ent_coef == 0.01
+    given = fitted(f"agent={agent}", "env=count_recall", "algo.ent_coef=0.01")
+    assert given.algo.ent_coef == 0.01  # on the command line: kept
+    assert fitted(f"agent={agent}", "env=count_recall", "algo.ent_coef=0.1").algo.ent_coef == 0.1
+    assert fitted(f"agent={agent}", "env=count_recall", "agent.horizon=null").algo.ent_coef == 0.01
+    impala = fitted(f"agent={agent}", "env=count_recall", "algo=impala")
+    assert impala.algo.ent_coef == MANY_ANSWERS_ENT_COEF
 
 
 def test_nothing_is_lowered_and_explicit_or_null_horizons_are_honoured():

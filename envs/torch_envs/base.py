@@ -118,7 +118,7 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
     # depends on memory (the T-mazes); agent.horizon then raises the discount and entropy.
     one_decision: ClassVar[bool] = False
     # True where every answer aggregates the whole episode so far (count-recall's counts);
-    # agent.horizon then adds the delta long memory beside a transformer's window.
+    # agent.horizon then adds the additive long memory beside a transformer's window.
     aggregate: ClassVar[bool] = False
     # True where no action changes what the task shows or pays later: each reward grades the
     # action of its own step (POPGym's tasks), so every discount has the same best policy and
