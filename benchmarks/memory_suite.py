@@ -319,7 +319,8 @@ def draw(results: list[Result], grid: list[tuple[str, int]], agents: list[str], 
     columns = max(len(row) for row in rows)
     side_by_side = columns == 1  # one length per task (a POPGym level): the tasks in one row
     shape = (1, len(tasks)) if side_by_side else (len(tasks), columns)
-    fig = Figure(figsize=(3.2 * shape[1], 2.4 * shape[0] + 0.5), layout="constrained")
+    # wide enough for the title over a single panel
+    fig = Figure(figsize=(max(3.2 * shape[1], 4.4), 2.4 * shape[0] + 0.5), layout="constrained")
     FigureCanvasAgg(fig)
     panels = fig.subplots(*shape, squeeze=False, sharey=True)
     axes = panels.T if side_by_side else panels  # axes[task][length]
