@@ -143,11 +143,13 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
                 changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
             if "ent_coef" in algo:
                 changes["algo.ent_coef"] = max(algo.ent_coef, LONG_ENT_COEF)
-    if env is not None and env.myopic and "gamma" in algo and "algo.gamma" not in given:
-        changes["algo.gamma"] = MYOPIC_GAMMA
-    many_answers = env is not None and getattr(env.single_action_space, "n", 0) >= MANY_ANSWERS
-    if many_answers and env.myopic and "ent_coef" in algo and "algo.ent_coef" not in given:
-        changes["algo.ent_coef"] = max(algo.ent_coef, MANY_ANSWERS_ENT_COEF)
+    if env is not None and env.myopic:
+        if "gamma" in algo and "algo.gamma" not in given:
+            changes["algo.gamma"] = MYOPIC_GAMMA
+        many_answers = getattr(env.single_action_space, "n", 0) >= MANY_ANSWERS
+        if many_answers and "ent_coef" in algo and "algo.ent_coef" not in given:
+            ent_coef = changes.get("algo.ent_coef", algo.ent_coef)  # never below a floor above
+            changes["algo.ent_coef"] = max(ent_coef, MANY_ANSWERS_ENT_COEF)
     if "segment_length" in algo and "num_steps" in algo:
         num_steps = changes.get("algo.num_steps", algo.num_steps)
         span = spanning_segment(span_steps, num_steps)
