@@ -146,3 +146,17 @@ def test_a_fixed_count_tunes_nothing_and_actor_processes_use_one(tmp_path, capsy
     for value, expected in (("auto", 1), ("0", 1), ("3", 3)):
         cfg = load_config(["algo=impala", "runtime=process", f"torch_threads={value}"])
         assert pool_arguments(cfg)[1]["torch_threads"] == expected
+
+
+def test_a_hopeless_plan_is_not_timed_again():
+    """A plan 10x slower than another in two counted calls (oversubscribed threads on a busy
+    machine) is dropped from the trials: it costs its warm-up and two calls, not six."""
+    lines = []
+    tuner = ThreadTuner("learner step", (1, 2), trials=4, warmup=1, report=lines.append)
+    used = run_calls(tuner, {1: 0.01, 2: 0.1}, 8)
+    assert used == [1, 2, 1, 2, 1, 2, 1, 1]  # after two counted calls 2 is not tried again
+    assert tuner.dropped == [Plan(2)] and len(tuner.times[Plan(2)]) == 2
+    assert tuner.chosen == 1 and "2 threads: timed no further, over 3x slower" in lines[0]
+    # Within the factor both are timed to the end, as before.
+    close = ThreadTuner("learner step", (1, 2), trials=4, warmup=1)
+    assert run_calls(close, {1: 0.01, 2: 0.02}, 10) == [1, 2] * 5 and not close.dropped

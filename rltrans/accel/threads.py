@@ -99,7 +99,10 @@ class ThreadTuner:
     speed and median ms per call) and sets it on every later entry. Where a plan's median
     differs from the fewest-core plan's by more than ``min_gain`` but by less than the
     spread of either's calls (a busy machine), the timings cannot decide: it keeps the
-    fewest cores and says so. ``counts`` are the thread counts tried; ``streams`` adds, for each
+    fewest cores and says so. A plan whose two or more counted calls are all ``hopeless``
+    times slower than another plan's median cannot be chosen: it is not timed again (on a busy
+    machine an oversubscribed plan can run 30x slower, and a learner step over long segments
+    takes seconds). ``counts`` are the thread counts tried; ``streams`` adds, for each
     count n > 1, n one-thread streams (only for callers that read :attr:`plan`). With one
     candidate (one core, or a fixed count) it never times anything.
     """
@@ -113,6 +116,7 @@ class ThreadTuner:
         trials: int = 5,
         warmup: int = 1,
         min_gain: float = 1.1,
+        hopeless: float = 3.0,
         report: Callable[[str], Any] | None = None,
     ) -> None:
         self.name = name
@@ -121,7 +125,9 @@ class ThreadTuner:
         if streams:
             self.plans += tuple(Plan(1, n) for n in self.counts if n > 1)
         self.trials, self.warmup, self.min_gain, self.report = trials, warmup, min_gain, report
+        self.hopeless = hopeless
         self.times: dict[Plan, list[float]] = {p: [] for p in self.plans}
+        self.dropped: list[Plan] = []  # plans too slow to be chosen: no longer timed
         self.seen: dict[Plan, int] = dict.fromkeys(self.plans, 0)
         self.chosen_plan: Plan | None = self.plans[0] if len(self.plans) == 1 else None
         self._turn = 0
@@ -143,7 +149,8 @@ class ThreadTuner:
     def __enter__(self) -> ThreadTuner:
         plan = self.chosen_plan
         if plan is None:
-            plan = self.plans[self._turn % len(self.plans)]
+            timed = [p for p in self.plans if p not in self.dropped]
+            plan = timed[self._turn % len(timed)]
         if torch.get_num_threads() != plan.threads:
             torch.set_num_threads(plan.threads)
         self._current = plan
@@ -158,9 +165,21 @@ class ThreadTuner:
         self.seen[plan] += 1
         if self.seen[plan] > self.warmup:
             self.times[plan].append(elapsed)
+            self._drop_hopeless()
         self._turn += 1
-        if all(len(t) >= self.trials for t in self.times.values()):
+        if all(len(self.times[p]) >= self.trials for p in self.plans if p not in self.dropped):
             self._decide()
+
+    def _drop_hopeless(self) -> None:
+        """Stop timing every plan whose fastest of two or more calls is ``hopeless`` x slower
+        than another timed plan's median (the fewest-core plan is always kept)."""
+        medians = {p: statistics.median(t) for p, t in self.times.items() if t}
+        for plan in self.plans[1:]:
+            if len(self.times[plan]) < 2 or plan in self.dropped:  # one call can be a hiccup
+                continue
+            others = [m for p, m in medians.items() if p != plan and p not in self.dropped]
+            if others and min(self.times[plan]) > self.hopeless * min(others):
+                self.dropped.append(plan)
 
     def _decide(self) -> None:
         medians = {p: statistics.median(t) for p, t in self.times.items()}
@@ -176,6 +195,9 @@ class ThreadTuner:
         one = medians[self.plans[0]]
         speeds = ", ".join(f"{p}: {one / m:.2f}x ({_ms(m)} ms)" for p, m in medians.items())
         timings = f"median of {self.trials} calls each: {speeds}"
+        if self.dropped:
+            slow = ", ".join(str(p) for p in self.dropped)
+            timings += f"; {slow}: timed no further, over {self.hopeless:g}x slower"
         if noisy:
             spread = ", ".join(
                 f"{p} {_ms(min(self.times[p]))}-{_ms(max(self.times[p]))} ms" for p in noisy
