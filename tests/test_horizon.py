@@ -132,27 +132,6 @@ def test_nothing_is_lowered_and_explicit_or_null_horizons_are_honoured():
 def test_recurrent_agents_get_segments_and_the_memoryless_nothing():
     cfg = fitted("agent=gru", "env=repeat_first", "env.kwargs.length=64")
     assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (64, 0, 64)
-    assert cfg.algo.num_steps == 128  # the rollout already spans the distance
-
-
-@pytest.mark.parametrize("agent", ["gru", "lstm"])
-def test_a_recurrent_agents_rollout_and_segment_span_the_distance(agent):
-    """The state is a recurrent agent's only memory: beyond the rollout, the rollout grows to
-    span the distance as one segment (as a transformer's does beyond its window), so the
-    gradient of a late answer reaches the step it needs; beyond the window cap the decision
-    settings follow a one-decision task whatever the agent."""
-    cfg = fitted(f"agent={agent}", "env=repeat_first", "env.kwargs.length=415")
-    assert (cfg.algo.num_steps, cfg.algo.segment_length) == (512, 512)
-    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (MYOPIC_GAMMA, 0.01)  # answers every step
-    cfg = fitted(f"agent={agent}", "env=passive_tmaze", "env.kwargs.length=1000")
-    assert (cfg.algo.num_steps, cfg.algo.segment_length) == (1024, 1024)
-    assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 1001), 0.05)
-    cfg = fitted(f"agent={agent}", "env.kwargs.length=100")  # 202 steps: within the cap
-    assert (cfg.algo.num_steps, cfg.algo.segment_length, cfg.algo.gamma) == (256, 256, 0.99)
-    cfg = fitted(f"agent={agent}", "algo=impala", "env.kwargs.length=100")
-    assert (cfg.algo.num_steps, cfg.algo.segment_length) == (224, 224)  # 7 x 32
-    cfg = fitted(f"agent={agent}", "env.kwargs.length=100", "algo.num_steps=512")
-    assert (cfg.algo.num_steps, cfg.algo.segment_length) == (512, 256)  # nothing lowered
     mlp = load_config(["agent=mlp", "env.kwargs.length=100"], "train")
     assert fitted("agent=mlp", "env.kwargs.length=100") == mlp
 

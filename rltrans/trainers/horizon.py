@@ -27,16 +27,11 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   the shortest multiple of itself that spans D, trained as one segment in chunks of 64
   steps (``agent.chunk``), so the gradient of the step that reads the long memory reaches
   the step that wrote it (with segments of the window's length, the cue's write was trained
-  by the corridor's reads, and the decision's read stayed blind to it).
-* recurrent agents (lstm, gru), D longer than ``algo.num_steps``: the rollout becomes the
-  shortest multiple of itself that spans D, trained as one segment. The state is their only
-  memory, so a segment shorter than D (truncated backpropagation) never teaches it to carry
-  what a late answer needs; a baseline gets the same reach of gradient as the transformer.
-* every memory agent, D > 256, where the task asks for one decision per D steps (a torch
-  task whose ``one_decision`` is true, the T-mazes, or an env that does not say): two
-  learning settings follow the distance: ``algo.gamma`` becomes at least 1 - 1/D (a
-  discount horizon over the whole distance: the value of every step depends on the
-  remembered cue once the policy does) and ``algo.ent_coef`` at least 0.05 (the rare
+  by the corridor's reads, and the decision's read stayed blind to it). Where the task asks
+  for one decision per D steps (a torch task whose ``one_decision`` is true, the T-mazes, or
+  an env that does not say), two learning settings follow it too: ``algo.gamma`` becomes at
+  least 1 - 1/D (a discount horizon over the whole distance: the value of every step depends
+  on the remembered cue once the policy does) and ``algo.ent_coef`` at least 0.05 (the rare
   decision keeps exploring until the memory is read; at 0.01 PPO settled on one arm first).
   A task that answers at every step (repeat-first) keeps its own: with them raised, it
   stayed at chance at 415 steps; without, three of five seeds learned it within 600k steps.
@@ -103,14 +98,9 @@ def spanning_segment(distance: int, num_steps: int) -> int:
     return next(d for d in range(want, num_steps + 1) if num_steps % d == 0)
 
 
-def spanning_rollout(distance: int, num_steps: int) -> int:
-    """``num_steps`` where it spans ``distance`` steps, else its shortest multiple that does."""
-    return num_steps * max(1, -(-distance // num_steps))
-
-
 def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
-    """``cfg`` with agent.memory, agent.long_memory, algo.segment_length, algo.num_steps
-    and, beyond the window cap, agent.chunk, algo.gamma and algo.ent_coef fitted to
+    """``cfg`` with agent.memory, agent.long_memory, algo.segment_length and, beyond the
+    window cap, algo.num_steps, agent.chunk, algo.gamma and algo.ent_coef fitted to
     ``agent.horizon`` (see the module docstring); agent.horizon becomes the distance used.
     ``given``: keys set on the command line (``rltrans.run.override_keys``; a myopic task's
     discount and entropy bonus and a long memory, ``none`` too, keep the values given)."""
@@ -144,18 +134,15 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
         if "num_steps" in algo and "segment_length" in algo:
             # a rollout (and its one segment) spans the distance, run in chunks: the gradient
             # of the step that reads the long memory reaches the step that wrote it
-            changes["algo.num_steps"] = span_steps = spanning_rollout(distance, algo.num_steps)
+            rollout = algo.num_steps * -(-distance // algo.num_steps)
+            changes["algo.num_steps"] = span_steps = max(algo.num_steps, rollout)
             if agent.get("chunk") is None:
                 changes["agent.chunk"] = AUTO_CHUNK
-    if backbone in RECURRENT and "num_steps" in algo and "segment_length" in algo:
-        # the state is the recurrent agent's only memory: its gradient must span D steps too
-        changes["algo.num_steps"] = spanning_rollout(distance, algo.num_steps)
-    if distance > AUTO_WINDOW_CAP and (env is None or env.one_decision):
-        # a decision task (or an env that does not say) beyond the cap, for every memory agent
-        if "gamma" in algo:
-            changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
-        if "ent_coef" in algo:
-            changes["algo.ent_coef"] = max(algo.ent_coef, LONG_ENT_COEF)
+        if env is None or env.one_decision:  # a decision task, or an env that does not say
+            if "gamma" in algo:
+                changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
+            if "ent_coef" in algo:
+                changes["algo.ent_coef"] = max(algo.ent_coef, LONG_ENT_COEF)
     if env is not None and env.myopic:
         if "gamma" in algo and "algo.gamma" not in given:
             changes["algo.gamma"] = MYOPIC_GAMMA
@@ -189,8 +176,6 @@ def horizon_note(cfg: DictConfig) -> str | None:
     beyond = agent.get("backbone") in STACKS and agent.horizon > AUTO_WINDOW_CAP
     if beyond and "num_steps" in algo:
         settings += [f"algo.num_steps={algo.num_steps}", f"agent.chunk={agent.get('chunk')}"]
-    elif agent.get("backbone") in RECURRENT and "num_steps" in algo:
-        settings.append(f"algo.num_steps={algo.num_steps}")
     if "gamma" in algo:
         settings.append(f"algo.gamma={algo.gamma:g}")
     if "ent_coef" in algo:
