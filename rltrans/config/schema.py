@@ -108,6 +108,7 @@ def _train_specs() -> dict[str, Spec]:
         "agent.memory": integer(0, MAX_LENGTH),
         "agent.compressed_slots": integer(1, MAX_LENGTH),
         "agent.compression_rate": integer(1, MAX_LENGTH),
+        "agent.retention_scale": integer(16, 2**40, null=True),
         "agent.span_ramp": integer(1, MAX_LENGTH),
         "agent.span_coef": number(0.0),
         "agent.chunk": integer(1, MAX_LENGTH, null=True),

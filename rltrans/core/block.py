@@ -67,6 +67,8 @@ class BlockConfig:
     table holds. causal: whether a stack's queries see only earlier keys. long_memory: what
     the attention sub-layer reads beyond its window (:mod:`rltrans.core.long_memory`);
     compressed_slots, compression_rate: the ``compressive`` kind's Mc slots and its rate c.
+    retention_scale: the slowest head's initial time scale in steps for ``linear``, ``delta``
+    and ``additive`` (None: 16 x 8^(H-1)).
     adaptive_span, span_ramp: a learned attention span per head with a soft ramp of R steps
     (:mod:`rltrans.core.span`).
 
@@ -96,6 +98,7 @@ class BlockConfig:
     long_memory: LongMemoryName = "none"
     compressed_slots: int = 32
     compression_rate: int = 16
+    retention_scale: int | None = None
     adaptive_span: bool = False
     span_ramp: int = 16
 
@@ -114,6 +117,11 @@ class BlockConfig:
         if self.dim % self.heads:
             raise ValueError(
                 f"BlockConfig.dim={self.dim} must be divisible by BlockConfig.heads={self.heads}"
+            )
+        if self.retention_scale is not None and self.retention_scale < 16:
+            raise ValueError(
+                f"BlockConfig.retention_scale must be >= 16 steps or None, got "
+                f"{self.retention_scale}"
             )
         for name in ("dropout", "attn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
@@ -182,7 +190,12 @@ class TransformerBlock(nn.Module):
         self.drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.act = nn.ReLU() if c.sublayer_activation == "relu" else nn.Identity()
         self.long = build_long_memory(
-            c.long_memory, c.dim, c.heads, slots=c.compressed_slots, rate=c.compression_rate
+            c.long_memory,
+            c.dim,
+            c.heads,
+            slots=c.compressed_slots,
+            rate=c.compression_rate,
+            longest=c.retention_scale,
         )
         self.span = AdaptiveSpan(c.heads, c.span_ramp) if c.adaptive_span else None
 

@@ -94,18 +94,32 @@ def feature_map(u: Tensor) -> Tensor:
     return F.elu(u) + 1.0
 
 
+def initial_scales(heads: int, longest: float | None = None) -> Tensor:
+    """The heads' time scales 1 / (1 - gamma) at initialisation (H,) float64: 16, 128, 1024,
+    ... (x8 per head), or with ``longest`` a geometric run from 16 to ``longest`` (one head:
+    ``longest``)."""
+    steps = torch.arange(heads, dtype=torch.float64)
+    if longest is None:
+        return FIRST_SCALE * SCALE_STEP**steps
+    if not longest >= FIRST_SCALE:
+        raise ValueError(f"retention_scale={longest} must be >= {FIRST_SCALE:g} steps or None")
+    if heads == 1:
+        return torch.tensor([float(longest)], dtype=torch.float64)
+    return FIRST_SCALE * (float(longest) / FIRST_SCALE) ** (steps / (heads - 1))
+
+
 class LinearMemory(nn.Module):
     """The ``linear`` long memory of one block (see the module docstring)."""
 
     State: ClassVar[type] = LinearState  # one layer's state, as the stack carries it
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, longest: float | None = None) -> None:
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim={dim} must be divisible by heads={heads}")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
         self.qkv = nn.Linear(dim, 3 * dim + heads)  # q, k, v and the write gate's logits
-        scales = FIRST_SCALE * SCALE_STEP ** torch.arange(heads, dtype=torch.float64)
+        scales = initial_scales(heads, longest)
         self.retention = nn.Parameter(torch.log(scales - 1.0).float())  # sigmoid = 1 - 1/scale
         self.out = nn.Linear(dim, dim)
         nn.init.zeros_(self.out.weight)
@@ -423,17 +437,24 @@ MODULES: dict[str, type[nn.Module]] = {
 
 
 def build_long_memory(
-    name: LongMemoryName, dim: int, heads: int, *, slots: int = 32, rate: int = 16
+    name: LongMemoryName,
+    dim: int,
+    heads: int,
+    *,
+    slots: int = 32,
+    rate: int = 16,
+    longest: float | None = None,
 ) -> nn.Module | None:
     """The long-memory module of a block, or None for ``none``; ``slots`` and ``rate`` are
-    the ``compressive`` kind's Mc and c."""
+    the ``compressive`` kind's Mc and c, ``longest`` the slowest head's initial time scale of
+    the others (:func:`initial_scales`)."""
     if name not in LONG_MEMORIES:
         raise ValueError(f"unknown long memory {name!r}; valid choices: {', '.join(LONG_MEMORIES)}")
     if name == "none":
         return None
     if name == "compressive":
         return CompressiveMemory(dim, heads, slots, rate)
-    return MODULES[name](dim, heads)
+    return MODULES[name](dim, heads, longest)
 
 
 def time_scales(module: LinearMemory) -> Tensor:

@@ -7,6 +7,7 @@ import torch
 from rltrans.agents.memory_agent import build_backbone
 from rltrans.backbones.gtrxl import TransformerStack
 from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.config import ConfigError, load_config
 from rltrans.core.block import BlockConfig
 from rltrans.core.long_memory import (
     AdditiveMemory,
@@ -238,6 +239,36 @@ def test_heads_start_at_time_scales_16_x_8_to_the_h():
     scales = time_scales(LinearMemory(D, H))
     want = torch.tensor([16.0, 128.0, 1024.0, 8192.0], dtype=torch.float64)
     torch.testing.assert_close(scales, want, rtol=1e-3, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["linear", "delta", "additive"])
+def test_retention_scale_sets_the_slowest_head_and_spaces_the_others_geometrically(kind):
+    """agent.retention_scale reaches every block's long memory through the agent config: the
+    heads start at 16 ... retention_scale, equal ratios apart (up to float32's rounding of a
+    retention near 1); one head starts at it; below 16 steps it is refused with the value."""
+    torch.testing.assert_close(
+        time_scales(build_long_memory(kind, D, H, longest=40_000)),
+        16.0 * 2500.0 ** (torch.arange(4, dtype=torch.float64) / 3),
+        rtol=5e-3,
+        atol=0,
+    )
+    torch.testing.assert_close(
+        time_scales(build_long_memory(kind, D, 1, longest=40_000)),
+        torch.tensor([40_000.0], dtype=torch.float64),
+        rtol=5e-3,
+        atol=0,
+    )
+    env = make_torch_env("passive_tmaze", 2, length=8)
+    agent = small_agent(env, "gtrxl", long_memory=kind, retention_scale=20_000)
+    blocks = [b for b in agent.backbone.blocks if b.long is not None]
+    assert blocks and all(
+        time_scales(b.long)[-1] == pytest.approx(20_000, rel=5e-3) for b in blocks
+    )
+    with pytest.raises(ValueError, match="retention_scale must be >= 16 steps or None, got 8"):
+        BlockConfig(dim=D, heads=H, long_memory=kind, retention_scale=8)
+    with pytest.raises(ConfigError, match="agent.retention_scale"):
+        load_config([f"agent.long_memory={kind}", "agent.retention_scale=8"], "train")
+    assert load_config(["agent.retention_scale=40000"], "train").agent.retention_scale == 40_000
 
 
 def make(long_memory="linear", memory=M, layers=Y):
