@@ -176,3 +176,27 @@ def test_bad_horizons_are_refused_with_the_valid_ones(capsys):
     for value in ("0", "soon"):
         assert train.main([f"agent.horizon={value}", "--cfg"]) == 2
         assert "agent.horizon" in capsys.readouterr().err
+
+
+def test_the_slowest_retention_reaches_four_times_the_distance_where_the_default_falls_short():
+    """A linear/delta/additive memory's slowest head starts at 4 D steps where the default's
+    (8192 with 4 heads) is shorter: the passive T-maze 10,000 only; 1,000 and every measured
+    task keep the default; a given scale, or a memory without retention, is left alone."""
+    cfg = fitted("env=passive_tmaze", "env.kwargs.length=10000")
+    assert (cfg.agent.long_memory, cfg.agent.retention_scale) == ("delta", 40_004)
+    for short in (["env=passive_tmaze", "env.kwargs.length=1000"], ["env.kwargs.length=300"]):
+        assert fitted(*short).agent.retention_scale is None
+    assert (
+        fitted("env=passive_tmaze", "env.kwargs.length=3000", "agent.heads=2").agent.get(
+            "retention_scale"
+        )
+        == 12_004
+    )  # two heads: the default's slowest is 128 steps
+    given = fitted("env=passive_tmaze", "env.kwargs.length=10000", "agent.retention_scale=500")
+    assert given.agent.retention_scale == 500
+    long = ("env=passive_tmaze", "env.kwargs.length=10000")
+    assert fitted(*long, "agent.long_memory=compressive").agent.retention_scale is None
+    assert fitted(*long, "agent.long_memory=none").agent.retention_scale is None
+    assert fitted("agent=gru", *long).agent.get("retention_scale") is None
+    once = fitted(*long)
+    assert fit_horizon(once.copy()) == once
