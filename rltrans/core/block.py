@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from rltrans.core.attention import Kernel, MultiHeadAttention, check_choice
 from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName, build_gate
-from rltrans.core.long_memory import LongMemoryName, LongState, build_long_memory
+from rltrans.core.long_memory import FIRST_SCALE, LongMemoryName, LongState, build_long_memory
 from rltrans.core.position import PositionName, build_attention_position
 from rltrans.core.span import AdaptiveSpan
 
@@ -118,9 +118,9 @@ class BlockConfig:
             raise ValueError(
                 f"BlockConfig.dim={self.dim} must be divisible by BlockConfig.heads={self.heads}"
             )
-        if self.retention_scale is not None and self.retention_scale < 16:
+        if self.retention_scale is not None and self.retention_scale < FIRST_SCALE:
             raise ValueError(
-                f"BlockConfig.retention_scale must be >= 16 steps or None, got "
+                f"BlockConfig.retention_scale must be >= {FIRST_SCALE:g} steps or None, got "
                 f"{self.retention_scale}"
             )
         for name in ("dropout", "attn_dropout"):

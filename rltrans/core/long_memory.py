@@ -446,8 +446,8 @@ def build_long_memory(
     longest: float | None = None,
 ) -> nn.Module | None:
     """The long-memory module of a block, or None for ``none``; ``slots`` and ``rate`` are
-    the ``compressive`` kind's Mc and c, ``longest`` the slowest head's initial time scale of
-    the others (:func:`initial_scales`)."""
+    the ``compressive`` kind's Mc and c; ``longest`` is the other kinds' slowest head's initial
+    time scale (:func:`initial_scales`)."""
     if name not in LONG_MEMORIES:
         raise ValueError(f"unknown long memory {name!r}; valid choices: {', '.join(LONG_MEMORIES)}")
     if name == "none":

@@ -116,8 +116,8 @@ def spanning_segment(distance: int, num_steps: int) -> int:
 def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
     """``cfg`` with agent.memory, agent.long_memory, agent.retention_scale,
     algo.segment_length and, beyond the window cap, algo.num_steps, agent.chunk, algo.gamma
-    and algo.ent_coef fitted to
-    ``agent.horizon`` (see the module docstring); agent.horizon becomes the distance used.
+    and algo.ent_coef fitted to ``agent.horizon`` (see the module docstring); agent.horizon
+    becomes the distance used.
     ``given``: keys set on the command line (``rltrans.run.override_keys``; a myopic task's
     discount and entropy bonus and a long memory, ``none`` too, keep the values given)."""
     agent, algo = cfg.agent, cfg.algo
