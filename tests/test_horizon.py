@@ -57,6 +57,10 @@ def test_the_decision_settings_follow_only_tasks_of_one_decision():
     assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 1001), 0.05)
     cfg = fitted("env=gym", "env.id=CartPole-v1", "agent.horizon=400")  # says nothing: decision
     assert (cfg.algo.gamma, cfg.algo.ent_coef) == (pytest.approx(1 - 1 / 400), 0.05)
+    given = fitted("env=passive_tmaze", "env.kwargs.length=1000", "algo.ent_coef=0.01")
+    assert (given.algo.gamma, given.algo.ent_coef) == (pytest.approx(1 - 1 / 1001), 0.01)
+    given = fitted("env=passive_tmaze", "env.kwargs.length=1000", "algo.gamma=0.99")
+    assert (given.algo.gamma, given.algo.ent_coef) == (0.99, 0.05)  # on the command line: kept
 
 
 def test_aggregate_tasks_get_the_additive_memory_beside_the_window():

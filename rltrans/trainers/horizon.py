@@ -32,7 +32,8 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   an env that does not say), two learning settings follow it too: ``algo.gamma`` becomes at
   least 1 - 1/D (a discount horizon over the whole distance: the value of every step depends
   on the remembered cue once the policy does) and ``algo.ent_coef`` at least 0.05 (the rare
-  decision keeps exploring until the memory is read; at 0.01 PPO settled on one arm first).
+  decision keeps exploring until the memory is read; at 0.01 PPO settled on one arm first),
+  each unless given on the command line.
   A task that answers at every step (repeat-first) keeps its own: with them raised, it
   stayed at chance at 415 steps; without, three of five seeds learned it within 600k steps.
 * transformer stacks with a ``linear``, ``delta`` or ``additive`` memory (fitted or given):
@@ -161,9 +162,9 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
             if agent.get("chunk") is None:
                 changes["agent.chunk"] = AUTO_CHUNK
         if env is None or env.one_decision:  # a decision task, or an env that does not say
-            if "gamma" in algo:
+            if "gamma" in algo and "algo.gamma" not in given:
                 changes["algo.gamma"] = max(algo.gamma, 1.0 - 1.0 / distance)
-            if "ent_coef" in algo:
+            if "ent_coef" in algo and "algo.ent_coef" not in given:
                 changes["algo.ent_coef"] = max(algo.ent_coef, LONG_ENT_COEF)
     if env is not None and env.myopic:
         if "gamma" in algo and "algo.gamma" not in given:
