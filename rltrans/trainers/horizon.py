@@ -43,7 +43,8 @@ directly; ``null`` leaves the agent and the algo as configured. For a horizon of
   passive T-maze 10,000 the default's slowest head kept 30 % and the cue moved its state at
   the junction by 0.48-0.50 against a norm of 1.0-1.7 (layer 0, two fresh agents), at 40,000
   by 1.26-1.32 against 1.4-2.0: what corridor 1,000 shows with the defaults (1.43-1.50),
-  where PPO learned the task in 47-58 updates.
+  where PPO learned the task in 47-58 updates. With it, PPO learned corridor 10,000 in 91
+  updates (seed 1: 95 % training success at 14.7M steps, 100 of 100 evaluated episodes).
 * every memory agent, on a task that says it is ``myopic`` (no action changes what the task
   shows or pays later; each reward grades the action of its own step: count-recall,
   repeat-first, repeat-previous, autoencode): ``algo.gamma`` becomes ``MYOPIC_GAMMA`` (0.01)
