@@ -434,6 +434,8 @@ MODULES: dict[str, type[nn.Module]] = {
     "additive": AdditiveMemory,
     "compressive": CompressiveMemory,
 }
+# the kinds with a learned retention per head, whose time scales ``longest`` sets
+RETAINING: tuple[str, ...] = tuple(k for k, m in MODULES.items() if issubclass(m, LinearMemory))
 
 
 def build_long_memory(

@@ -81,7 +81,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rltrans.core.long_memory import initial_scales
+from rltrans.core.long_memory import RETAINING, initial_scales
 
 AUTO_WINDOW_CAP = 256  # the longest window horizon sets; beyond it, the delta long memory
 AUTO_LONG_MEMORY = "delta"
@@ -92,7 +92,6 @@ MYOPIC_GAMMA = 0.01  # the discount on myopic tasks (each reward belongs to its 
 MANY_ANSWERS = 16  # actions from which a myopic task gets the larger entropy bonus
 MANY_ANSWERS_ENT_COEF = 0.03  # ... at least this one
 RETENTION_REACH = 4  # the slowest long-memory head starts at a time scale of this x D steps
-RETAINING = ("linear", "delta", "additive")  # the long memories with a learned retention
 STACKS = ("gtrxl", "trxl", "trxl_i")
 RECURRENT = ("lstm", "gru")
 
@@ -120,8 +119,8 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
     algo.segment_length and, beyond the window cap, algo.num_steps, agent.chunk, algo.gamma
     and algo.ent_coef fitted to ``agent.horizon`` (see the module docstring); agent.horizon
     becomes the distance used.
-    ``given``: keys set on the command line (``rltrans.run.override_keys``; a myopic task's
-    discount and entropy bonus and a long memory, ``none`` too, keep the values given)."""
+    ``given``: keys set on the command line (``rltrans.run.override_keys``): a long memory
+    (``none`` too), agent.retention_scale, algo.gamma and algo.ent_coef keep the values given."""
     agent, algo = cfg.agent, cfg.algo
     horizon = agent.get("horizon")
     backbone = agent.get("backbone")
