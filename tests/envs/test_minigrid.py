@@ -54,3 +54,72 @@ def test_checkpoints_naming_minigrid_need_no_trust_flag():
     """minigrid's ids and wrappers are trusted like gymnasium's, so evaluating a checkpoint of
     env=minigrid_memory needs no trust_env_code=true."""
     assert env_code(load_config(["env=minigrid_memory"]).env) == []
+
+
+def cue_in_view(env_id: str = "MiniGrid-MemoryS9-v0"):
+    import gymnasium as gym
+
+    from rltrans.envs.minigrid import CueInView
+
+    return CueInView(gym.make(env_id, agent_view_size=3))
+
+
+def walk_to(env, object_type: str) -> float:
+    """From CueInView's start, walk the hallway and enter the end object ``object_type``'s side;
+    returns the episode's reward."""
+    right, left, forward = 1, 0, 2
+    base = env.unwrapped
+    hallway_end = base.width - 3  # the fixed-length Memory envs
+    env.step(right)  # face the hallway
+    for _ in range(hallway_end):
+        env.step(forward)
+    upper = base.grid.get(hallway_end + 1, base.height // 2 - 2).type
+    env.step(left if upper == object_type else right)
+    _, reward, terminated, _, _ = env.step(forward)
+    assert terminated
+    return reward
+
+
+@pytest.mark.parametrize("env_id", ["MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS13-v0"])
+def test_cue_in_view_shows_the_cue_first_and_success_needs_it(env_id):
+    from minigrid.core.constants import OBJECT_TO_IDX
+
+    env = cue_in_view(env_id)
+    cues = set()
+    for seed in range(12):
+        obs, _ = env.reset(seed=seed)
+        base = env.unwrapped
+        cue = base.grid.get(1, base.height // 2 - 1).type
+        cues.add(cue)
+        # The agent stands at the view's bottom centre; the cell in front of it is the cue.
+        assert obs["image"][1, 1, 0] == OBJECT_TO_IDX[cue]
+        assert walk_to(env, cue) > 0  # the matching object's side ends in success ...
+        env.reset(seed=seed)
+        other = {"key": "ball", "ball": "key"}[cue]
+        assert walk_to(env, other) == 0  # ... the other one's in failure
+    assert cues == {"key", "ball"}
+
+
+def test_cue_in_view_refuses_other_envs():
+    with pytest.raises(ValueError, match="MiniGrid Memory env.*MiniGrid-Empty-5x5-v0"):
+        cue_in_view("MiniGrid-Empty-5x5-v0")
+
+
+def test_cue_in_view_trains_from_pixels_through_the_config():
+    """The documented command's wrapper list builds: the first frame shows the cue."""
+    wrappers = (
+        "env.wrappers=[{path: rltrans.envs.minigrid.CueInView},"
+        " {path: minigrid.wrappers.RGBImgPartialObsWrapper, kwargs: {tile_size: 4}},"
+        " {path: minigrid.wrappers.ImgObsWrapper}]"
+    )
+    cfg = load_config(["env=minigrid_memory", "env.num_envs=4", wrappers])
+    assert env_code(cfg.env) == []  # rltrans's own wrapper needs no trust flag
+    envs = make_env(cfg.env, seed=0)
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (4, 12, 12, 3)
+        # The cue's cell (row 1 of 3, column 1: pixels 4-7) differs between a key and a ball.
+        cells = obs[:, 4:8, 4:8].reshape(4, -1)
+        assert len({c.tobytes() for c in cells}) == 2  # seeds 0..3 show both objects
+    finally:
+        envs.close()
