@@ -27,10 +27,17 @@ _FACING_UP = 3  # MiniGrid's directions: 0 right, 1 down, 2 left, 3 up
 
 
 class CueInView(gym.Wrapper):
-    """Start each MiniGrid Memory episode in front of the cue, facing it (first view shows it)."""
+    """Start each MiniGrid Memory episode in front of the cue, facing it (first view shows it).
 
-    def __init__(self, env: gym.Env) -> None:
+    ``fixed_ends=True`` also puts the key at the upper end and the ball at the lower one in
+    every episode, so the cue alone says which way to turn (a T-maze from pixels); by default
+    the ends are drawn at random, as in MiniGrid, and the turn depends on the cue and on the
+    end layout together.
+    """
+
+    def __init__(self, env: gym.Env, fixed_ends: bool = False) -> None:
         super().__init__(env)
+        self.fixed_ends = bool(fixed_ends)
         from minigrid.envs import MemoryEnv  # the minigrid extra; only this wrapper needs it
 
         if not isinstance(env.unwrapped, MemoryEnv):
@@ -48,4 +55,18 @@ class CueInView(gym.Wrapper):
         # the start room's end of the hallway row, always free.
         base.agent_pos = np.array((1, base.height // 2))
         base.agent_dir = _FACING_UP
+        if self.fixed_ends:
+            self._fix_ends(base)
         return base.gen_obs(), info
+
+    @staticmethod
+    def _fix_ends(base: Any) -> None:
+        """Key at the upper end, ball at the lower one; success is the cue's side."""
+        from minigrid.core.world_object import Ball, Key
+
+        x, mid = base.success_pos[0], base.height // 2  # the column beside the end objects
+        cue = base.grid.get(1, mid - 1)
+        base.grid.set(x, mid - 2, Key(cue.color))
+        base.grid.set(x, mid + 2, Ball(cue.color))
+        upper, lower = (x, mid - 1), (x, mid + 1)
+        base.success_pos, base.failure_pos = (upper, lower) if cue.type == "key" else (lower, upper)

@@ -56,12 +56,12 @@ def test_checkpoints_naming_minigrid_need_no_trust_flag():
     assert env_code(load_config(["env=minigrid_memory"]).env) == []
 
 
-def cue_in_view(env_id: str = "MiniGrid-MemoryS9-v0"):
+def cue_in_view(env_id: str = "MiniGrid-MemoryS9-v0", fixed_ends: bool = False):
     import gymnasium as gym
 
     from rltrans.envs.minigrid import CueInView
 
-    return CueInView(gym.make(env_id, agent_view_size=3))
+    return CueInView(gym.make(env_id, agent_view_size=3), fixed_ends=fixed_ends)
 
 
 def walk_to(env, object_type: str) -> float:
@@ -80,12 +80,13 @@ def walk_to(env, object_type: str) -> float:
     return reward
 
 
+@pytest.mark.parametrize("fixed_ends", [False, True])
 @pytest.mark.parametrize("env_id", ["MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS13-v0"])
-def test_cue_in_view_shows_the_cue_first_and_success_needs_it(env_id):
+def test_cue_in_view_shows_the_cue_first_and_success_needs_it(env_id, fixed_ends):
     from minigrid.core.constants import OBJECT_TO_IDX
 
-    env = cue_in_view(env_id)
-    cues = set()
+    env = cue_in_view(env_id, fixed_ends)
+    cues, uppers = set(), set()
     for seed in range(12):
         obs, _ = env.reset(seed=seed)
         base = env.unwrapped
@@ -93,11 +94,14 @@ def test_cue_in_view_shows_the_cue_first_and_success_needs_it(env_id):
         cues.add(cue)
         # The agent stands at the view's bottom centre; the cell in front of it is the cue.
         assert obs["image"][1, 1, 0] == OBJECT_TO_IDX[cue]
+        uppers.add(base.grid.get(base.width - 2, base.height // 2 - 2).type)
         assert walk_to(env, cue) > 0  # the matching object's side ends in success ...
         env.reset(seed=seed)
         other = {"key": "ball", "ball": "key"}[cue]
         assert walk_to(env, other) == 0  # ... the other one's in failure
     assert cues == {"key", "ball"}
+    # Fixed ends: the key is always above, so the cue alone gives the turn; else both layouts.
+    assert uppers == ({"key"} if fixed_ends else {"key", "ball"})
 
 
 def test_cue_in_view_refuses_other_envs():
