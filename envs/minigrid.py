@@ -10,7 +10,7 @@ state, so it must see the env before the pixel wrappers do)::
 
     python -m rltrans.train agent=gru env=minigrid_memory \\
         'env.wrappers=[{path: rltrans.envs.minigrid.CueInView},
-                       {path: minigrid.wrappers.RGBImgPartialObsWrapper, kwargs: {tile_size: 8}},
+                       {path: minigrid.wrappers.RGBImgPartialObsWrapper, kwargs: {tile_size: 4}},
                        {path: minigrid.wrappers.ImgObsWrapper}]'
 """
 
@@ -45,6 +45,12 @@ class CueInView(gym.Wrapper):
             raise ValueError(
                 f"CueInView needs a MiniGrid Memory env (MiniGrid-MemoryS<size>-v0, e.g. "
                 f"MiniGrid-MemoryS9-v0); got {env_id}"
+            )
+        if env.observation_space != env.unwrapped.observation_space:
+            # Reset rebuilds the observation from the grid, past any wrapper below this one.
+            raise ValueError(
+                "CueInView must be the first entry of env.wrappers (before the pixel wrappers); "
+                f"it was given an env whose observations are {env.observation_space}"
             )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -109,7 +109,17 @@ def test_cue_in_view_refuses_other_envs():
         cue_in_view("MiniGrid-Empty-5x5-v0")
 
 
-def test_cue_in_view_trains_from_pixels_through_the_config():
+def test_cue_in_view_refuses_to_come_after_observation_wrappers():
+    import gymnasium as gym
+    from minigrid.wrappers import ImgObsWrapper
+
+    from rltrans.envs.minigrid import CueInView
+
+    with pytest.raises(ValueError, match="first entry of env.wrappers"):
+        CueInView(ImgObsWrapper(gym.make("MiniGrid-MemoryS7-v0")))
+
+
+def test_cue_in_view_builds_from_pixels_through_the_config():
     """The documented command's wrapper list builds: the first frame shows the cue."""
     wrappers = (
         "env.wrappers=[{path: rltrans.envs.minigrid.CueInView},"
