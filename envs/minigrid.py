@@ -37,7 +37,9 @@ class CueInView(gym.Wrapper):
 
     def __init__(self, env: gym.Env, fixed_ends: bool = False) -> None:
         super().__init__(env)
-        self.fixed_ends = bool(fixed_ends)
+        if not isinstance(fixed_ends, bool):  # bool("false") would be True: take no strings
+            raise ValueError(f"CueInView fixed_ends must be true or false, got {fixed_ends!r}")
+        self.fixed_ends = fixed_ends
         from minigrid.envs import MemoryEnv  # the minigrid extra; only this wrapper needs it
 
         if not isinstance(env.unwrapped, MemoryEnv):
