@@ -216,6 +216,8 @@ def resume_config(saved: DictConfig, given: DictConfig, overrides: Sequence[str]
             changed.append(f"{key}: saved {old!r}, given {new!r}")
             continue
         OmegaConf.update(merged, key, new, force_add=True)
+    # Trust is the current command line's alone: a saved value never carries over.
+    merged.trust_env_code = bool(given.get("trust_env_code", False))
     if changed:
         raise ConfigError(
             "resume=true continues the run's saved config; these keys differ from it:\n  "

@@ -97,6 +97,8 @@ def plain_problems(
             problems += plain_problems(item, f"{key}[{i}]", depth + 1, count)
         return problems
     if isinstance(value, str):
+        if value == "???":  # OmegaConf's mark of a missing value: reading it raises
+            return [f"{key}='???': a missing value; write the value itself"]
         if "${" in value:
             return [
                 f"{key}={value!r}: interpolations are not resolved from files (rltrans writes "
@@ -176,16 +178,18 @@ def _fill_missing(data: dict, base: dict, prefix: str = "") -> None:
             _fill_missing(data[name], default, key + ".")
 
 
-def _legacy_agent(data: dict) -> None:
-    """An old checkpoint's ``agent._target_`` (an rltrans class path) as its ``kind``."""
+def _legacy_agent(data: dict) -> dict:
+    """``data`` with an old checkpoint's ``agent._target_`` (an rltrans class path) as its
+    ``kind``; shallow copies only, so a hostile tree is never walked before its checks."""
     from rltrans.registry import legacy_agent_name
 
     agent = data.get("agent")
     if isinstance(agent, dict) and "_target_" in agent and "kind" not in agent:
-        name = legacy_agent_name(agent["_target_"])
+        name = legacy_agent_name(agent["_target_"]) if isinstance(agent["_target_"], str) else None
         if name is not None:
-            agent.pop("_target_")
-            agent["kind"] = name
+            agent = {k: v for k, v in agent.items() if k != "_target_"}
+            return {**data, "agent": {**agent, "kind": name}}
+    return data
 
 
 def checked_file_config(data: Any, source: str) -> DictConfig:
@@ -194,9 +198,14 @@ def checked_file_config(data: Any, source: str) -> DictConfig:
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
         raise ConfigError(f"{source}: the config is {what}; not an rltrans config")
+    data = _legacy_agent(data)
+    problems = plain_problems(data)  # depth and size first: nothing deep is copied or walked
+    if problems:
+        raise ConfigError(format_problems([f"{source}: {p}" for p in problems]))
     data = copy.deepcopy(data)
-    _legacy_agent(data)
-    problems = plain_problems(data)
+    # Trust comes from the command line of the process that runs, never from a file: a saved
+    # ``trust_env_code: true`` is dropped here and takes its default (false).
+    data.pop("trust_env_code", None)
     for group in _GROUPS:
         if group in data and not isinstance(data[group], dict):
             problems.append(f"{group}={data[group]!r}: expected a mapping {{key: value}}")
