@@ -123,6 +123,22 @@ def validate_payload(payload: dict[str, Any]) -> None:
         )
 
 
+def check_finite_weights(model: Any, source: str) -> None:
+    """Refuse a state dict holding a NaN or infinite value, naming the first such tensor (a
+    policy of NaN weights acts, but every action it takes is the same meaningless one)."""
+    if not isinstance(model, dict):
+        return  # the loader names a missing or malformed state dict
+    for name, tensor in model.items():
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            continue
+        if not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{source}: weight {name!r} holds {bad} non-finite value(s) (NaN or inf); "
+                f"the run that wrote it diverged: use an earlier checkpoint"
+            )
+
+
 # ----------------------------------------------------------------------------- atomic save
 
 

@@ -129,7 +129,10 @@ def _checkpoint_policy(cfg: DictConfig, device: Any) -> tuple[Any, str, dict[str
     info: dict[str, Any] = {"env": env, "spaces": payload_spaces(payload)}
     info["deterministic"] = True
     if entry.return_conditioned:
-        targets = payload.get("eval_targets") or [payload.get("dataset", {}).get("max_return")]
+        best = (payload.get("dataset") or {}).get("max_return")
+        targets = payload.get("eval_targets") or ([best] if best is not None else [])
+        if cfg.target_return is None and not targets:
+            raise ConfigError(f"{path} records no target return; pass target_return=<number>")
         info["target"] = max(targets) if cfg.target_return is None else cfg.target_return
         info["deterministic"] = bool(config.get("algo", {}).get("eval_deterministic", False))
     info["source"] = f"the env config of checkpoint {path}"

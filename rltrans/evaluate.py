@@ -164,7 +164,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     summary: dict[str, Any] = {"checkpoint": str(path), **_summary(returns, lengths)}
     summary["deterministic"] = bool(deterministic)
     if conditioned:
-        summary["dataset"] = payload.get("dataset", {}).get("id")
+        summary["dataset"] = (payload.get("dataset") or {}).get("id")
         summary["episodes_per_target"] = int(cfg.episodes)
         summary["num_envs"] = num_envs
         summary["targets"] = targets

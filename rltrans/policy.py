@@ -21,6 +21,8 @@ or called.
 
 from __future__ import annotations
 
+import math
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ import numpy as np
 import torch
 
 from rltrans.accel.threads import AUTO, ThreadTuner, tuned
-from rltrans.checkpoint import CheckpointError, load_checkpoint
+from rltrans.checkpoint import CheckpointError, check_finite_weights, load_checkpoint
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
 from rltrans.config.schema import MAX_LENGTH
 from rltrans.registry import (
@@ -83,6 +85,65 @@ def check_payload(payload: dict[str, Any], source: str = "checkpoint") -> None:
             f"{source}: agent_kwargs.stats.max_timestep={longest!r}: expected an integer in "
             f"[1, {MAX_LENGTH}]"
         )
+    _check_offline_fields(payload, source)
+    check_finite_weights(payload.get("model"), source)
+
+
+MAX_TARGETS = 4096  # evaluation targets an offline checkpoint may record
+# What an offline checkpoint's "dataset" description holds, by field: (type, finite number).
+_DATASET_FIELDS = {
+    "id": str,
+    "kind": str,
+    "episodes": int,
+    "steps": int,
+    "min_return": float,
+    "mean_return": float,
+    "max_return": float,
+}
+
+
+def _number(value: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return ok and math.isfinite(value)
+
+
+def _check_offline_fields(payload: dict[str, Any], source: str) -> None:
+    """``eval_targets`` (finite numbers) and ``dataset`` (the description the offline trainer
+    writes) as an offline checkpoint holds them; CheckpointError naming the field otherwise."""
+    targets = payload.get("eval_targets")
+    if targets is not None and not (
+        isinstance(targets, list) and len(targets) <= MAX_TARGETS and all(map(_number, targets))
+    ):
+        raise CheckpointError(
+            f"{source}: eval_targets={reprlib.repr(targets)}: expected a list of at most "
+            f"{MAX_TARGETS} finite numbers"
+        )
+    dataset = payload.get("dataset")
+    if dataset is None:
+        return
+    if not isinstance(dataset, dict):
+        raise CheckpointError(
+            f"{source}: dataset={reprlib.repr(dataset)}: expected a mapping with "
+            f"{', '.join(_DATASET_FIELDS)}"
+        )
+    for name, value in dataset.items():
+        kind = _DATASET_FIELDS.get(name)
+        ok = kind is not None and (
+            (kind is str and isinstance(value, str) and len(value) <= 1024)
+            or (
+                kind is int
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+                and value >= 0
+            )
+            or (kind is float and _number(value))
+        )
+        if not ok:
+            valid = ", ".join(f"{k} ({t.__name__})" for k, t in _DATASET_FIELDS.items())
+            raise CheckpointError(
+                f"{source}: dataset.{name}={reprlib.repr(value)}: not a valid field; valid: {valid}"
+            )
 
 
 def agent_from_checkpoint(
@@ -242,7 +303,7 @@ def load_policy(
     payload = load_checkpoint(file, map_location=device)
     agent, entry = agent_from_checkpoint(payload, device, source=f"checkpoint {file}")
     targets = payload.get("eval_targets") or []
-    best = payload.get("dataset", {}).get("max_return")
+    best = (payload.get("dataset") or {}).get("max_return")
     policy = Policy(
         agent,
         payload["config"],

@@ -42,6 +42,7 @@ from rltrans.accel.threads import set_threads
 from rltrans.checkpoint import (
     CheckpointError,
     CheckpointManager,
+    check_finite_weights,
     load_checkpoint,
     restore_rng_state,
     rng_state,
@@ -127,6 +128,28 @@ def building(what: str) -> Iterator[None]:
     except (ValueError, TypeError, ImportError, KeyError, gym.error.Error) as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(f"{what}: {text}") from None
+
+
+@contextlib.contextmanager
+def restoring(source: str) -> Iterator[None]:
+    """Turn an error raised while restoring a checkpoint's saved state (weights, optimizer,
+    RNG, trainer counters) into one CheckpointError naming ``source``: a damaged or edited
+    file is the user's to replace, not a traceback."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        RuntimeError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+    ) as err:
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{source}: its saved state does not load ({text})") from None
 
 
 class RunFolderLock:
@@ -510,11 +533,17 @@ class Run:
             where = self.checkpoints.directory
             raise ConfigError(f"resume=true but no loadable checkpoint in {where}")
         check_same_spaces(payload_spaces(payload), spaces, actual_label="this run has")
-        agent.load_state_dict(payload["model"])
-        learner.load_state_dict(payload["learner"])
-        restore_rng_state(payload["rng"])
+        source = f"checkpoint {self.checkpoints.latest()}"
+        check_finite_weights(payload.get("model"), source)
+        with restoring(source):
+            agent.load_state_dict(payload["model"])
+            learner.load_state_dict(payload["learner"])
+            restore_rng_state(payload["rng"])
+            step = payload["global_step"]
+            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                raise ValueError(f"global_step={step!r} is not a step count")
         self.resumed_payload = payload
-        return int(payload["global_step"])
+        return step
 
     def whole_updates(self, steps_per_update: int, made_of: str) -> int:
         """Updates needed for ``total_steps`` env steps, rounded up to whole updates of

@@ -6,15 +6,24 @@ Every refusal is exit code 2 with one ``error:`` line on stderr and no traceback
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 import tests.test_trust as trust_tests
+from rltrans import load_policy
+from rltrans.checkpoint import CheckpointError
+from rltrans.collect import main as collect_main
+from rltrans.evaluate import main as evaluate_main
 from rltrans.train import main as train_main
 
 MARKER = trust_tests.MARKER
 DT_TINY = trust_tests.DT_TINY
 copy_run, edit_both = trust_tests.copy_run, trust_tests.edit_both
+edit_checkpoint = trust_tests.edit_checkpoint
 edit_eval_spec, error_text = trust_tests.edit_eval_spec, trust_tests.error_text
 # The fixtures of the trust tests, shared by name.
 cartpole_run, dataset, marker = trust_tests.cartpole_run, trust_tests.dataset, trust_tests.marker
@@ -73,3 +82,182 @@ def test_an_online_resume_takes_trust_from_the_command_line_only(
     assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
     assert "trust_env_code=true" in refused(capsys)
     assert not marker.exists()
+
+
+# ----------------------------------------------------------------------------- tracebacks
+
+
+def _nested(depth: int) -> dict:
+    node: dict = {"x": 1}
+    for _ in range(depth):
+        node = {"x": node}
+    return node
+
+
+def _save_deep(path: Path, edit) -> None:
+    """Edit a checkpoint with a tree deeper than pickle's default recursion allows to save."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        edit_checkpoint(path, edit)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "resume"])
+def test_a_checkpoint_config_nested_600_deep_is_one_error(command, cartpole_run, tmp_path, capsys):
+    run = copy_run(cartpole_run, tmp_path / "run")
+    _save_deep(
+        run / "checkpoints" / "last.pt", lambda p: p["config"]["agent"].update(x=_nested(700))
+    )
+    if command == "evaluate":
+        assert evaluate_main([f"checkpoint={run}", "episodes=1"]) == 2
+    else:
+        assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
+    assert "nested deeper than" in refused(capsys)
+
+
+def test_a_config_yaml_nested_beyond_the_parser_is_one_error(cartpole_run, tmp_path, capsys):
+    run = copy_run(cartpole_run, tmp_path / "run")
+    (run / "config.yaml").write_text("seed: " + "[" * 3000 + "]" * 3000 + "\n")
+    assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
+    assert "nested deeper than the YAML parser" in refused(capsys)
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "config.yaml"])
+def test_omegaconfs_missing_mark_is_not_a_value(where, cartpole_run, tmp_path, capsys):
+    run = copy_run(cartpole_run, tmp_path / "run")
+    if where == "checkpoint":
+        edit_checkpoint(
+            run / "checkpoints" / "last.pt", lambda p: p["config"]["env"].update(id="???")
+        )
+        assert evaluate_main([f"checkpoint={run}", "episodes=1"]) == 2
+    else:
+        text = (run / "config.yaml").read_text().replace("id: CartPole-v1", "id: ???")
+        (run / "config.yaml").write_text(text)
+        assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
+    assert "env.id='???': a missing value" in refused(capsys)
+
+
+@pytest.fixture(scope="module")
+def dt_run(tmp_path_factory) -> Path:
+    """A tiny finished DT run on a CartPole dataset collected here."""
+    root = tmp_path_factory.mktemp("dt")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MINARI_DATASETS_PATH", str(root / "minari"))
+    collect = [
+        "dataset_id=rltrans/hi-v0",
+        "env_id=CartPole-v1",
+        "policy=rltrans.envs.scripted:CartPoleController",
+        "episodes=4",
+        "num_envs=2",
+        "max_episode_steps=30",
+        "progress=false",
+    ]
+    assert collect_main(collect) == 0
+    tiny = [a.replace("cp-v0", "hi-v0") for a in DT_TINY]
+    assert train_main([*tiny, f"run_dir={root / 'run'}"]) == 0
+    yield root / "run"
+    mp.undo()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("eval_targets", "abc", "eval_targets='abc'"),
+        ("eval_targets", [float("nan")], "eval_targets=[nan]"),
+        ("eval_targets", [1.0, "x"], "finite numbers"),
+        ("dataset", [1, 2], "dataset=[1, 2]: expected a mapping"),
+        ("dataset", {"max_return": "big"}, "dataset.max_return='big'"),
+        ("dataset", {"episodes": -3}, "dataset.episodes=-3"),
+    ],
+)
+@pytest.mark.parametrize("command", ["evaluate", "load_policy", "collect"])
+def test_every_field_of_a_dt_checkpoint_is_checked(
+    command, field, value, expected, dt_run, tmp_path, capsys
+):
+    run = copy_run(dt_run, tmp_path / "run")
+    edit_checkpoint(run / "checkpoints" / "last.pt", lambda p: p.update({field: value}))
+    if command == "load_policy":
+        with pytest.raises(CheckpointError, match=re.escape(expected)):
+            load_policy(run)
+        return
+    if command == "evaluate":
+        code = evaluate_main([f"checkpoint={run}", "episodes=1"])
+    else:
+        out = tmp_path / "minari-out"
+        args = [f"policy={run}", "dataset_id=rltrans/hi-out-v0", "episodes=1", "progress=false"]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MINARI_DATASETS_PATH", str(out))
+            code = collect_main(args)
+    assert code == 2
+    assert expected in refused(capsys)
+
+
+@pytest.mark.parametrize(
+    ("part", "value"),
+    [
+        ("update", "abc"),
+        ("update", float("inf")),
+        ("global_step", "12"),
+        ("sampler_rng", "{not json"),
+        ("rng", {"python": 3}),
+    ],
+)
+def test_a_damaged_trainer_state_on_resume_is_one_error(part, value, dt_run, tmp_path, capsys):
+    run = copy_run(dt_run, tmp_path / "run")
+    (run / "config.yaml").write_text((dt_run / "config.yaml").read_text())
+    edit_checkpoint(run / "checkpoints" / "last.pt", lambda p: p.update({part: value}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MINARI_DATASETS_PATH", str(dt_run.parent / "minari"))
+        assert train_main(["resume=true", f"run_dir={run}", "train_steps=8"]) == 2
+    assert "saved state does not load" in refused(capsys)
+
+
+# ----------------------------------------------------------------------------- silent nonsense
+
+
+def _poison(payload: dict) -> None:
+    name = next(k for k, v in payload["model"].items() if v.is_floating_point())
+    payload["model"][name] = payload["model"][name].clone().fill_(float("nan"))
+
+
+@pytest.mark.parametrize("command", ["evaluate", "resume", "load_policy"])
+def test_non_finite_weights_are_refused_naming_the_tensor(command, cartpole_run, tmp_path, capsys):
+    run = copy_run(cartpole_run, tmp_path / "run")
+    edit_checkpoint(run / "checkpoints" / "last.pt", _poison)
+    if command == "load_policy":
+        with pytest.raises(CheckpointError, match="non-finite"):
+            load_policy(run)
+        return
+    if command == "evaluate":
+        assert evaluate_main([f"checkpoint={run}", "episodes=1"]) == 2
+    else:
+        assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
+    err = refused(capsys)
+    assert "weight '" in err and "non-finite" in err
+
+
+def test_a_window_opening_render_mode_from_a_file_needs_trust(cartpole_run, tmp_path, capsys):
+    run = copy_run(cartpole_run, tmp_path / "run")
+    edit_checkpoint(
+        run / "checkpoints" / "last.pt",
+        lambda p: p["config"]["env"].update(kwargs={"render_mode": "human"}),
+    )
+    assert evaluate_main([f"checkpoint={run}", "episodes=1"]) == 2
+    err = refused(capsys)
+    assert "render_mode: 'human' (opens windows)" in err and "trust_env_code=true" in err
+
+
+def test_a_dotted_key_in_config_yaml_is_an_edit(cartpole_run, tmp_path, capsys):
+    run = copy_run(cartpole_run, tmp_path / "run")
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    saved["algo"].pop("gamma")
+    saved["algo.gamma"] = 0.5
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
+    assert "algo.gamma: config.yaml 0.5, checkpoint 0.99" in refused(capsys)
+    saved["algo"]["gamma"] = 0.99  # both spellings, two values
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
+    assert "algo.gamma: given twice" in refused(capsys)

@@ -8,14 +8,19 @@ a run folder's ``config.yaml`` (``resume=true``) and a Minari dataset's environm
 - plain values only: mappings with string keys, lists, strings, numbers, booleans and null,
   at most :data:`MAX_DEPTH` levels and :data:`MAX_VALUES` values; no ``_target_`` anywhere
   (code to call), no ``${...}`` (rltrans writes configs resolved, so a file's interpolation is
-  an edit, and resolving one would copy environment values into the files people share);
-  YAML is read with the safe loader, so tags such as ``!!python/object`` are refused;
+  an edit, and resolving one would copy environment values into the files people share),
+  no ``???`` (OmegaConf's missing value); YAML is read with the safe loader, so tags such as
+  ``!!python/object`` are refused, and depth and size are checked before anything is copied;
+- dotted keys (``algo.gamma: 0.9``) read as nested ones, so that comparing a run folder's
+  config.yaml with its checkpoint sees them;
 - the whole config against the command line's schema (types, ranges, choices, the cross
   checks and the memory estimate); keys that a file from an older rltrans lacks take their
   defaults;
 - code to import: :func:`env_code` lists what building an env config would import or call
-  outside the trusted packages; a file's env config naming any is refused unless the user
-  passes ``trust_env_code=true``.
+  outside the trusted packages (or a ``render_mode`` that opens a window); a file's env config
+  naming any is refused unless the user passes ``trust_env_code=true`` on the command line of
+  the process that runs. Trust is never read from a file: a saved ``trust_env_code`` is
+  dropped, so a resume asks again.
 
 >>> env_code({"kind": "gym", "id": "my_pkg:Maze-v0", "wrappers": []})
 ["env.id: module 'my_pkg'"]
@@ -40,11 +45,14 @@ from rltrans.config.schema import check_config, keyword_mappings
 
 MAX_DEPTH = 12  # mappings and lists nested deeper than any shipped config
 MAX_VALUES = 20_000  # values in one config (a shipped one holds about 150)
+MAX_YAML_CHARS = 2**20  # characters of a config.yaml (a saved one holds about 4,000)
 # Code an env config may name without the user's say-so: gymnasium's and rltrans's own
 # modules, ale-py's registrations and minigrid's (env=minigrid_memory names its ids).
 TRUSTED_ROOTS = ("gymnasium", "ale_py", "minigrid", "rltrans")
 # Wrappers of trusted modules that write files or open windows: refused from files as well.
 SIDE_EFFECT_WRAPPERS = ("RecordVideo", "HumanRendering")
+# Render modes that draw into arrays or text: any other (``human``) opens a window.
+QUIET_RENDER_MODES = (None, "rgb_array", "rgb_array_list", "ansi", "ansi_list")
 # The config groups: a saved config has one section each, checked against its kind's options.
 _GROUPS = ("env", "algo", "runtime", "agent")
 
@@ -58,11 +66,19 @@ def read_yaml(path: Path) -> Any:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot be read ({err})") from None
+    if len(text) > MAX_YAML_CHARS:
+        raise ConfigError(
+            f"{path}: {len(text)} characters, more than {MAX_YAML_CHARS}; not an rltrans config"
+        )
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
         first = " ".join(str(err).split())
         raise ConfigError(f"{path}: not valid YAML ({first})") from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise ConfigError(
+            f"{path}: nested deeper than the YAML parser can follow; not an rltrans config"
+        ) from None
 
 
 def plain_problems(
@@ -178,6 +194,56 @@ def _fill_missing(data: dict, base: dict, prefix: str = "") -> None:
             _fill_missing(data[name], default, key + ".")
 
 
+def _expanded(value: Any, key: str = "") -> tuple[Any, list[str]]:
+    """A copy of a plain tree with dotted keys expanded (``{"a.b": 1}`` -> ``{"a": {"b": 1}}``,
+    as OmegaConf reads a dotted key), so that comparing two configs sees every edit; a key
+    given both ways with two values is a problem."""
+    if isinstance(value, list):
+        items = [_expanded(item, f"{key}[{i}]") for i, item in enumerate(value)]
+        return [v for v, _ in items], [p for _, ps in items for p in ps]
+    if not isinstance(value, dict):
+        return copy.deepcopy(value), []
+    out: dict = {}
+    problems: list[str] = []
+    for name, item in value.items():
+        *parents, last = name.split(".") if name.strip(".") == name else [name]
+        sub, found = _expanded(item, f"{key}.{name}" if key else name)
+        problems += found
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        full = f"{key}.{name}" if key else name
+        if not isinstance(node, dict):
+            problems.append(f"{full}: its parent is a value, not a mapping")
+        elif last in node and isinstance(node[last], dict) and isinstance(sub, dict):
+            merged, clash = _merge_same(node[last], sub, full)
+            node[last] = merged
+            problems += clash
+        elif last in node and node[last] != sub:
+            problems.append(f"{full}: given twice (as a dotted key and nested) with two values")
+        else:
+            node[last] = sub
+    return out, problems
+
+
+def _merge_same(old: dict, new: dict, key: str) -> tuple[dict, list[str]]:
+    """Merge two expanded mappings given for one key; a leaf given twice must agree."""
+    problems = []
+    for name, value in new.items():
+        if name in old and isinstance(old[name], dict) and isinstance(value, dict):
+            old[name], found = _merge_same(old[name], value, f"{key}.{name}")
+            problems += found
+        elif name in old and old[name] != value:
+            problems.append(
+                f"{key}.{name}: given twice (as a dotted key and nested) with two values"
+            )
+        else:
+            old[name] = value
+    return old, problems
+
+
 def _legacy_agent(data: dict) -> dict:
     """``data`` with an old checkpoint's ``agent._target_`` (an rltrans class path) as its
     ``kind``; shallow copies only, so a hostile tree is never walked before its checks."""
@@ -202,7 +268,9 @@ def checked_file_config(data: Any, source: str) -> DictConfig:
     problems = plain_problems(data)  # depth and size first: nothing deep is copied or walked
     if problems:
         raise ConfigError(format_problems([f"{source}: {p}" for p in problems]))
-    data = copy.deepcopy(data)
+    data, problems = _expanded(data)  # a copy, with ``a.b: 1`` read as ``a: {b: 1}``
+    if problems:
+        raise ConfigError(format_problems([f"{source}: {p}" for p in problems]))
     # Trust comes from the command line of the process that runs, never from a file: a saved
     # ``trust_env_code: true`` is dropped here and takes its default (false).
     data.pop("trust_env_code", None)
@@ -244,10 +312,17 @@ def _split_path(path: str) -> tuple[str, str]:
 def env_code(env: Mapping[str, Any], key: str = "env") -> list[str]:
     """What building an env config would import or call beyond the trusted packages (an
     ``id`` with a module prefix, wrapper paths in either spelling, trusted wrappers that
-    write files or open windows), as ``key: what`` lines; [] for none."""
-    if not isinstance(env, Mapping) or env.get("kind") != "gym":
+    write files or open windows, a ``render_mode`` that opens a window), as ``key: what``
+    lines; [] for none."""
+    if not isinstance(env, Mapping):
         return []
     found = []
+    kwargs = env.get("kwargs")
+    mode = kwargs.get("render_mode") if isinstance(kwargs, Mapping) else None
+    if mode not in QUIET_RENDER_MODES:
+        found.append(f"{key}.kwargs.render_mode: {mode!r} (opens windows)")
+    if env.get("kind") != "gym":
+        return found
     env_id = str(env.get("id") or "")
     if ":" in env_id and not _trusted(env_id.split(":", 1)[0]):
         found.append(f"{key}.id: module {env_id.split(':', 1)[0]!r}")
@@ -283,6 +358,7 @@ def refuse_env_code(
 __all__ = [
     "MAX_DEPTH",
     "MAX_VALUES",
+    "QUIET_RENDER_MODES",
     "SIDE_EFFECT_WRAPPERS",
     "TRUSTED_ROOTS",
     "checked_file_config",

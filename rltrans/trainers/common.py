@@ -13,6 +13,7 @@ from rltrans.accel import COMPILE_SECONDS, Accel, AutoCompile, compile_choice, t
 from rltrans.config import to_container
 from rltrans.envs import make_env
 from rltrans.logging import MetricLogger, ProgressBar
+from rltrans.run import restoring
 from rltrans.runtime.evaluation import episode_metrics, evaluate_episodes, isolated_rng
 
 # Evaluation envs are seeded cfg.seed + this: their own env objects, apart from training's.
@@ -90,10 +91,11 @@ class TrainerState:
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s entries (parts a checkpoint lacks keep theirs)."""
-        self.update = int(saved.get("update", 0))
-        for name, part in self.parts.items():
-            if saved.get(name) is not None:
-                part.load_state_dict(saved[name])
+        with restoring("the resumed checkpoint"):
+            self.update = int(saved.get("update", 0))
+            for name, part in self.parts.items():
+                if saved.get(name) is not None:
+                    part.load_state_dict(saved[name])
 
 
 def speed(
