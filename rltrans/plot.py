@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from rltrans.config import ConfigError, read_yaml
 from rltrans.config.spec import format_value
 from rltrans.logging import print_summary
 
@@ -122,9 +122,9 @@ def flat_config(run: Path) -> dict[str, Any]:
             f"{run}: not a run folder (no config.yaml); give folders rltrans.train wrote"
         )
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise PlotError(f"{path}: cannot be read ({' '.join(str(err).split())})") from None
+        data = read_yaml(path)  # bounded in size and depth, safe loader
+    except ConfigError as err:
+        raise PlotError(str(err)) from None
     if not isinstance(data, dict):
         raise PlotError(f"{path}: not a run config (a mapping of config groups)")
     flat: dict[str, Any] = {}
@@ -150,8 +150,14 @@ def read_curve(run: Path, tag: str, x: str) -> Curve:
     # Keep every scalar (the default keeps a sample of 10,000) and no histograms or images.
     keep = {"scalars": 0, "histograms": 1, "images": 1, "audio": 1, "tensors": 1}
     # Quiet: TensorBoard logs a warning for the events it hides after a resume (purge_step).
-    with _quiet("tensorboard"):
-        events = EventAccumulator(str(tb), size_guidance=keep).Reload()
+    try:
+        with _quiet("tensorboard"):
+            events = EventAccumulator(str(tb), size_guidance=keep).Reload()
+    except Exception as err:  # TensorBoard's readers raise many types on damaged files
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise PlotError(
+            f"{tb}: the events cannot be read ({type(err).__name__}: {first})"
+        ) from None
     tags = events.Tags().get("scalars", [])
     if tag not in tags:
         raise PlotError(
@@ -286,8 +292,11 @@ def plot(argv: Sequence[str]) -> dict[str, Any]:
         mean_band(label, [curves[r] for r in members]) for label, members in group_runs(configs)
     ]
     out, table = Path(options["out"]), Path(options["csv"])
-    draw_png(out, groups, tag, x)
-    write_csv(table, groups)
+    try:
+        draw_png(out, groups, tag, x)
+        write_csv(table, groups)
+    except (OSError, ValueError) as err:  # a folder, a read-only place, a name the OS refuses
+        raise PlotError(f"cannot write {out} or {table}: {err}") from None
     return {
         "png": str(out),
         "csv": str(table),

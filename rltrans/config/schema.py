@@ -52,6 +52,8 @@ MAX_LENGTH = 2**20  # windows, memories, contexts, rollout lengths, episode leng
 MAX_ENVS = 2**20  # parallel envs, batch sizes
 MAX_STEPS = 10**15  # budgets in env or gradient steps (int64 step counters and logs)
 MAX_EPISODES = 10**7  # evaluation episodes
+MAX_THREADS = 1024  # torch intra-op threads (OpenMP aborts the process far above a machine's cores)
+THREADS = replace(integer(0, MAX_THREADS), default_words=("auto",))
 
 
 def specs(config_name: str) -> dict[str, Spec]:
@@ -93,7 +95,7 @@ def _train_specs() -> dict[str, Spec]:
         "run_dir": replace(string(null=True), nonempty=True),
         "checkpoint_every": POSITIVE,
         "keep_checkpoints": POSITIVE,  # CheckpointManager needs keep_last >= 1
-        "torch_threads": replace(integer(0), default_words=("auto",)),
+        "torch_threads": THREADS,
         "compile": replace(BOOL, default_words=("auto",)),
         # agent
         "agent.kind": choice(registered_agents()),
@@ -230,6 +232,7 @@ def _evaluate_specs() -> dict[str, Spec]:
         "device": DEVICE,
         "seed": SEED,
         "max_steps": integer(1, MAX_STEPS),
+        "torch_threads": THREADS,
         "video_dir": string(null=True),
         "target_return": Spec("numbers", nullable=True),
         "env_id": string(null=True),
@@ -250,6 +253,7 @@ def _collect_specs() -> dict[str, Spec]:
         "deterministic": replace(BOOL, nullable=True),
         "target_return": number(null=True),
         "device": DEVICE,
+        "torch_threads": THREADS,
         "author_email": string(null=True),
         "description": string(null=True),
     }
@@ -332,7 +336,10 @@ class _Checker:
             key = f"{prefix}{name}"
             default = base.get(name, _MISSING) if isinstance(base, dict) else _MISSING
             spec = self.spec(key, default)
-            if key in keywords:
+            if isinstance(value, str) and value == "???":  # OmegaConf's missing value
+                self.bad.add(key)
+                self.problems.append(f"{key}='???': a missing value; give it a value")
+            elif key in keywords:
                 self.keywords(key, value, default, keywords[key](self.data))
             elif isinstance(default, dict) and (spec is None or spec.type == "mapping"):
                 if isinstance(value, dict):

@@ -169,6 +169,15 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
         )
     except FileNotFoundError as err:
         raise ConfigError(str(err)) from None
+    except ConfigError:
+        raise
+    except Exception as err:  # bad bytes of any kind in the user's files
+        # A dataset is read from files like a checkpoint: whatever its readers (json, h5py,
+        # gzip, NumPy) raise on malformed or hostile bytes is one error line naming it.
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        raise ConfigError(
+            f"dataset {str(cfg.dataset)!r} cannot be read ({type(err).__name__}: {first})"
+        ) from None
     returns = dataset.returns()
     info = {
         "id": str(cfg.dataset),
