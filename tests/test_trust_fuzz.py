@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from rltrans.collect import main as collect_main
 from rltrans.evaluate import main as evaluate_main
 from rltrans.train import main as train_main
 from tests.cli import TINY_PPO
+from tests.hostile import FUZZ, time_limit
 
 MARKER = "rltrans_fuzz_marker"
 PEAK_GROWTH_MB = 1024  # far below what any refused size would allocate
@@ -144,13 +145,6 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-FUZZ = settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-
-
 def _base_config(world) -> dict:
     return torch.load(world["run"] / "checkpoints" / "last.pt", weights_only=True)["config"]
 
@@ -169,7 +163,8 @@ def test_evaluate_refuses_every_hostile_checkpoint_config(world, capsys):
         payload["config"] = config
         torch.save(payload, folder / "checkpoints" / "last.pt")
         before = _snapshot(world["root"])
-        code = evaluate_main([f"checkpoint={folder}", "episodes=1"])
+        with time_limit():
+            code = evaluate_main([f"checkpoint={folder}", "episodes=1"])
         _check_refused(code, capsys.readouterr().err, world, before, folder)
 
     check()
@@ -196,7 +191,8 @@ def test_resume_refuses_every_hostile_run_folder(world, capsys):
             payload["config"] = config
             torch.save(payload, path)
         before = _snapshot(world["root"])
-        code = train_main(["resume=true", f"run_dir={folder}", "total_steps=128"])
+        with time_limit():
+            code = train_main(["resume=true", f"run_dir={folder}", "total_steps=128"])
         _check_refused(code, capsys.readouterr().err, world, before, folder)
         assert not Path("/tmp/fz-tagged").exists()
 
@@ -243,7 +239,8 @@ def test_offline_training_refuses_every_hostile_dataset_env_spec(world, capsys):
         meta_path.write_text(json.dumps(meta))
         folder = world["root"] / "dt"
         before = _snapshot(world["root"])
-        code = train_main([*args, f"run_dir={folder}"])
+        with time_limit():
+            code = train_main([*args, f"run_dir={folder}"])
         _check_refused(code, capsys.readouterr().err, world, before, folder)
         assert not folder.exists()
 

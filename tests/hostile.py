@@ -1,0 +1,55 @@
+"""What the fuzzers of hostile inputs share: their hypothesis settings, a time limit that
+turns a hang into a failure, the peak resident set, and a listing of a folder's files."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, settings
+
+EXAMPLE_SECONDS = 90  # far above any example's real time (about a second)
+# Growth of the test process's peak resident set over one fuzzer: with pytest and torch at
+# ~0.5 GB, a command on hostile input stays below 2 GB in all.
+PEAK_GROWTH_MB = 1536
+FUZZ = settings(
+    max_examples=25,
+    deadline=None,
+    # No explain phase: its line tracer makes a deep parse minutes long, which would read as
+    # a hang.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+class Hang(Exception):
+    """An example ran past EXAMPLE_SECONDS."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int = EXAMPLE_SECONDS) -> Iterator[None]:
+    """Raise Hang in the main thread when the block runs longer than ``seconds``."""
+
+    def fire(*_):
+        raise Hang(f"no answer within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def peak_mb() -> float:
+    """The peak resident set of this process so far, in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def snapshot(root: Path) -> set[str]:
+    """Every path under ``root``, relative to it."""
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
