@@ -114,10 +114,15 @@ def _checkpoint_policy(cfg: DictConfig, device: Any) -> tuple[Any, str, dict[str
     """A saved rltrans agent, its name, its env config, its spaces and its initial-state
     arguments (a return-conditioned policy's target)."""
     from rltrans.checkpoint import load_checkpoint
-    from rltrans.policy import agent_from_checkpoint, resolve_checkpoint
+    from rltrans.config.resources import check_resources
+    from rltrans.policy import agent_from_checkpoint, check_payload, resolve_checkpoint
 
     path = resolve_checkpoint(str(cfg.policy))
     payload = load_checkpoint(path, map_location=device)
+    # The one estimate, once this command line and the checkpoint's config are combined.
+    check_payload(payload, f"checkpoint {path}")
+    envs = min(int(cfg.num_envs), int(cfg.episodes))
+    check_resources(payload["config"], spaces=payload_spaces(payload), acting_envs=envs)
     agent, entry = agent_from_checkpoint(payload, device, source=f"checkpoint {path}")
     config = payload["config"]
     if cfg.target_return is not None and not entry.return_conditioned:

@@ -24,10 +24,17 @@ from rltrans.accel import thread_tuners
 from rltrans.checkpoint import load_checkpoint
 from rltrans.cli import run_cli
 from rltrans.config import ConfigError
+from rltrans.config.resources import check_resources
 from rltrans.config.schema import MAX_ENVS
 from rltrans.envs import make_env
 from rltrans.logging import ProgressBar
-from rltrans.policy import agent_from_checkpoint, check_env_code, resolve_checkpoint
+from rltrans.policy import (
+    agent_from_checkpoint,
+    check_env_code,
+    check_payload,
+    resolve_checkpoint,
+)
+from rltrans.registry import agent_entry
 from rltrans.run import building, payload_spaces, setup
 from rltrans.runtime.episodes import MaxStepsError, VideoRecorder
 from rltrans.runtime.evaluation import evaluate_episodes, evaluate_targets
@@ -88,6 +95,18 @@ def _targets(cfg: DictConfig, payload: dict[str, Any], path: Path) -> list[float
     raise ConfigError(f"{path} records no evaluation targets; pass target_return=<number>")
 
 
+def acting_envs(cfg: DictConfig, payload: dict[str, Any], path: Path) -> int:
+    """The envs an evaluation acts in: episodes x targets for return-conditioned policies,
+    else num_envs or the checkpoint's env.num_envs."""
+    if agent_entry(payload["config"]["agent"]).return_conditioned:
+        try:
+            return len(_targets(cfg, payload, path)) * cfg.episodes
+        except ConfigError:  # said later, where the targets are read
+            return cfg.episodes
+    env = payload.get("eval_env") or payload["config"]["env"]
+    return cfg.num_envs or env.get("num_envs") or 1
+
+
 def _summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     return {
         "episodes": len(returns),
@@ -104,6 +123,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     device = setup(cfg)
     path = resolve_checkpoint(cfg.checkpoint)
     payload = load_checkpoint(path, map_location=device)
+    # The one estimate, once this command line and the checkpoint's config are combined.
+    check_payload(payload, f"checkpoint {path}")
+    spaces, envs_needed = payload_spaces(payload), acting_envs(cfg, payload, path)
+    check_resources(payload["config"], spaces=spaces, acting_envs=envs_needed)
     agent, entry = agent_from_checkpoint(payload, device, source=f"checkpoint {path}")
     conditioned = entry.return_conditioned
     if cfg.target_return is not None and not conditioned:

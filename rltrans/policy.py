@@ -33,6 +33,7 @@ import torch
 from rltrans.accel.threads import AUTO, ThreadTuner, tuned
 from rltrans.checkpoint import CheckpointError, check_finite_weights, load_checkpoint
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
+from rltrans.config.resources import weights_problem
 from rltrans.config.schema import MAX_LENGTH
 from rltrans.registry import (
     AgentEntry,
@@ -162,7 +163,13 @@ def agent_from_checkpoint(
         # ... and the agent's parts that the algo section adds (algo.reconstruction_coef: the
         # decoder, whose weights the checkpoint holds; absent in older checkpoints = 0).
         extra = {**extra, **algo_agent_options(agent_cfg, payload["config"].get("algo"))}
-        agent = build_agent(agent_cfg, *payload_spaces(payload), **extra)
+        spaces = payload_spaces(payload)
+        # Spaces sized beyond the weights in the file: refused before the build allocates them.
+        tensors = state_dict.values() if isinstance(state_dict, dict) else ()
+        held = sum(t.numel() for t in tensors if isinstance(t, torch.Tensor))
+        if problem := weights_problem(payload["config"], spaces, held):
+            raise CheckpointError(f"{source}: {problem}")
+        agent = build_agent(agent_cfg, *spaces, **extra)
     except KeyError as err:
         raise CheckpointError(
             f"{source} lacks {err}; it was not written by rltrans.train"

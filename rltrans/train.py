@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run(cfg: DictConfig) -> dict[str, Any]:
+        from rltrans.config.resources import check_resources
         from rltrans.run import override_keys, settled_config
         from rltrans.trainers.horizon import fit_horizon
 
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         # command line it repeats compares equal to the fitted config the run saved.
         cfg = fit_horizon(cfg, override_keys(argv))
         cfg = settled_config(cfg, argv)  # a resumed run continues its saved config
+        # The one estimate, on the final settings: before a folder, env or process exists.
+        check_resources(cfg)
         kind = cfg.algo.kind
         if kind not in TRAINERS:
             raise ConfigError(f"algo.kind={kind!r}; valid kinds: {', '.join(TRAINERS)}")

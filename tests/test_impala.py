@@ -265,7 +265,7 @@ def test_sigkill_between_checkpoints_then_resume_equals_an_uninterrupted_run(tmp
         ("algo.rho_bar=-1", "algo.rho_bar=-1: expected a number > 0"),
         ("algo.optimizer=sgd", "algo.optimizer=sgd: expected one of: rmsprop, adam"),
         ("algo.segment_length=5", "algo.segment_length=5: must divide algo.num_steps=16"),
-        ("runtime.num_actors=0", "runtime.num_actors=0: expected an integer in [1, 4096]"),
+        ("runtime.num_actors=0", "runtime.num_actors=0: expected an integer in [1, 512]"),
     ],
 )
 def test_bad_values_exit_2_naming_the_key(override, message, tmp_path, capsys):

@@ -411,10 +411,11 @@ def test_bad_values_stop_before_any_folder_is_written(
 
 
 def test_the_memory_estimate_refuses_a_run_larger_than_the_machine(tmp_path, capsys, monkeypatch):
-    from rltrans.config import schema
+    from rltrans.config import resources
 
-    monkeypatch.setattr(schema, "physical_memory", lambda: 24 * 2**30)
-    assert train_main(["env.num_envs=100000", f"run_dir={tmp_path}/run"]) == 2
+    monkeypatch.setattr(resources, "physical_memory", lambda: 24 * 2**30)
+    args = ["env.num_envs=100000", "total_steps=12800000", f"run_dir={tmp_path}/run"]
+    assert train_main(args) == 2
     err = error_text(capsys)
     assert "needs at least" in err and "24.0 GiB" in err and "env.num_envs" in err
     assert not (tmp_path / "run").exists()

@@ -10,6 +10,7 @@ Modules, each importing only those listed before it:
 - :mod:`~rltrans.config.errors`: ConfigError and the one-message form of several problems
 - :mod:`~rltrans.config.files`: where the shipped YAML lives (groups, options, kinds)
 - :mod:`~rltrans.config.spec`: what one key accepts and the one-line reports of a bad one
+- :mod:`~rltrans.config.resources`: the one resource estimate of a final config, size caps
 - :mod:`~rltrans.config.schema`: the specs of every key and :func:`check_config`
 - :mod:`~rltrans.config.compose`: Hydra composition, override checks, defaults, --help
 - :mod:`~rltrans.config.trust`: the trust boundary every config read from a file passes

@@ -17,7 +17,6 @@ raises them as one ConfigError.
 from __future__ import annotations
 
 import inspect
-import os
 import typing
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,6 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rltrans.config.files import group_kinds
+from rltrans.config.resources import MAX_ACTORS, MAX_THREADS, wrapper_problems
+from rltrans.config.resources import memory_estimate as memory_estimate  # older imports
+from rltrans.config.resources import physical_memory as physical_memory
 from rltrans.config.spec import (
     BOOL,
     DEVICE,
@@ -45,14 +47,14 @@ from rltrans.config.spec import (
 
 _MISSING = object()
 # Size limits, far above any real run and far below what would exhaust memory before the
-# memory estimate (:func:`_memory_problems`) runs: a file's agent.dim: 1e8 stops here.
+# resource estimate (rltrans.config.resources) runs: a file's agent.dim: 1e8 stops here.
 MAX_WIDTH = 2**16  # model widths, heads
 MAX_LAYERS = 1024  # stacked or looped blocks
 MAX_LENGTH = 2**20  # windows, memories, contexts, rollout lengths, episode lengths
 MAX_ENVS = 2**20  # parallel envs, batch sizes
 MAX_STEPS = 10**15  # budgets in env or gradient steps (int64 step counters and logs)
 MAX_EPISODES = 10**7  # evaluation episodes
-MAX_THREADS = 1024  # torch intra-op threads (OpenMP aborts the process far above a machine's cores)
+MAX_SPACE_SIZE = 2**26  # elements of one shape a wrapper is given (an 8K RGB frame: 2^25)
 THREADS = replace(integer(0, MAX_THREADS), default_words=("auto",))
 
 
@@ -193,14 +195,14 @@ def _train_specs() -> dict[str, Spec]:
         "algo.max_policy_lag": integer(0),
         # runtime (where IMPALA's actors run; PPO ignores it)
         "runtime.kind": choice(group_kinds("runtime")),
-        "runtime.num_actors": integer(1, 4096),
+        "runtime.num_actors": integer(1, MAX_ACTORS),
         "runtime.envs_per_actor": integer(1, MAX_ENVS, null=True),
-        "runtime.slots": integer(1, null=True),
+        "runtime.slots": integer(1, MAX_ENVS, null=True),
         "runtime.start_method": choice(("spawn", "forkserver")),
         "runtime.max_restarts": integer(0),
         "runtime.address": string(null=True),
         "runtime.num_cpus_per_actor": number(0.0),
-        "runtime.rollouts_in_flight": POSITIVE,
+        "runtime.rollouts_in_flight": integer(1, 1024),
         "runtime.object_store_memory": integer(75 * 2**20, null=True),  # Ray: >= 75 MiB
         # env
         "env.kind": choice(group_kinds("env")),
@@ -462,7 +464,8 @@ def _train_cross_checks(cfg: dict, bad: set[str]) -> list[str]:
         problems.append(unknown_key(f"agent.{name}", knobs, f" (not a knob of {owner})"))
     problems = _transformer_preset_on_recurrent_backbone(agent, knobs, problems)
     problems += _minibatch_problems(cfg, bad)
-    problems += _memory_problems(cfg, bad)
+    if "env.wrappers" not in bad:
+        problems += wrapper_problems(env.get("wrappers"), MAX_LENGTH, MAX_STEPS, MAX_SPACE_SIZE)
     offline = algo_kind == "offline"
     # DT/BC (return-conditioned) train offline only, the PPO agents online only.
     mismatch = entry is not None and entry.return_conditioned != offline
@@ -511,69 +514,6 @@ def _minibatch_problems(cfg: dict, bad: set[str]) -> list[str]:
     if count <= parts:
         return []
     return [f"algo.num_minibatches={count}: more than {what}; valid: 1..{parts}"]
-
-
-def physical_memory() -> int | None:
-    """This machine's RAM in bytes (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def memory_estimate(cfg: dict) -> dict[str, tuple[float, str]]:
-    """A rough lower bound of the bytes a run's largest tensors take, by part: (bytes, the
-    keys that size it). Observations are left out (their size is known only once the env is
-    built), so the estimate errs low."""
-    agent, algo, env = (cfg.get(k) or {} for k in ("agent", "algo", "env"))
-    dim, heads = agent.get("dim") or 64, agent.get("heads") or 1
-    layers = agent.get("layers") or (1 if agent.get("backbone") == "universal" else 2)
-    ff = agent.get("ff_mult") or 4
-    per_layer = {"lstm": 8, "gru": 6, "mlp": 2}.get(agent.get("backbone"), 4 + 2 * ff)
-    params = layers * per_layer * dim * dim + (agent.get("max_timestep") or 0) * dim
-    parts = {"model": (16.0 * params, "agent.dim, agent.layers (weights, gradients, Adam)")}
-    tokens_per_sample, context = 1, 1
-    if algo.get("kind") in ("online", "impala"):
-        envs, steps = env.get("num_envs") or 1, algo.get("num_steps") or 1
-        memory, length = agent.get("memory") or 0, algo.get("segment_length") or 1
-        state = envs * layers * memory * dim * 4.0
-        parts["memory"] = (
-            state * (1 + steps / length),
-            "env.num_envs, algo.num_steps / algo.segment_length, agent.memory, agent.dim",
-        )
-        samples = envs * steps * (algo.get("batch_rollouts") or 1)
-        samples /= algo.get("num_minibatches") or 1
-        context = memory + length
-        keys = "env.num_envs, algo.num_steps / algo.num_minibatches, agent.dim, agent.layers"
-    elif algo.get("kind") == "offline":
-        k = algo.get("context") or agent.get("context") or agent.get("history") or 1
-        samples, tokens_per_sample = algo.get("batch_size") or 1, 3
-        context = 3 * k
-        keys = "algo.batch_size, agent.context, agent.dim, agent.layers"
-    else:
-        return parts
-    tokens = samples * tokens_per_sample
-    activations = tokens * layers * (dim * (10 + 2 * ff) + 2 * heads * context) * 4.0
-    parts["activations"] = (activations, keys)
-    return parts
-
-
-def _memory_problems(cfg: dict, bad: set[str]) -> list[str]:
-    """A run whose estimated tensors (:func:`memory_estimate`) exceed this machine's RAM."""
-    total = physical_memory()
-    sized = {k for k in bad if k.split(".")[0] in ("agent", "algo", "env")}
-    if total is None or sized:
-        return []
-    parts = memory_estimate(cfg)
-    need = sum(b for b, _ in parts.values())
-    if need <= total:
-        return []
-    name, (largest, keys) = max(parts.items(), key=lambda item: item[1][0])
-    return [
-        f"the run needs at least {need / 2**30:.1f} GiB of memory, this machine has "
-        f"{total / 2**30:.1f} GiB; the largest part, {name} ({largest / 2**30:.1f} GiB), grows "
-        f"with {keys}: lower them"
-    ]
 
 
 # ------------------------------------- a transformer preset with agent.backbone=lstm|gru|mlp

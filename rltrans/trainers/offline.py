@@ -27,6 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from rltrans.accel import Accel
 from rltrans.buffers.trajectory import TrajectoryBuffer
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
+from rltrans.config.resources import wrapper_problems
+from rltrans.config.schema import MAX_LENGTH, MAX_SPACE_SIZE, MAX_STEPS
 from rltrans.envs import make_env
 from rltrans.envs.offline import (
     DATASET_KINDS,
@@ -147,6 +149,16 @@ def eval_env_config(
     return to_container(checked.env)
 
 
+def check_dataset_wrappers(dataset: OfflineDataset) -> None:
+    """Refuse sizes in the wrappers of a dataset's env spec (FrameStackObservation's
+    stack_size also stacks the dataset's rows) before the data or the env is built."""
+    spec = dataset.env_spec
+    wrappers = [{"kwargs": dict(w.kwargs or {})} for w in spec.additional_wrappers] if spec else []
+    problems = wrapper_problems(wrappers, MAX_LENGTH, MAX_STEPS, MAX_SPACE_SIZE)
+    if problems:
+        raise ConfigError(f"dataset {dataset.name!r} (its metadata): {problems[0]}")
+
+
 def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
     """The dataset cfg.dataset names, and its description for checkpoints and the summary."""
     if cfg.dataset is None:
@@ -178,6 +190,7 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
         raise ConfigError(
             f"dataset {str(cfg.dataset)!r} cannot be read ({type(err).__name__}: {first})"
         ) from None
+    check_dataset_wrappers(dataset)
     returns = dataset.returns()
     info = {
         "id": str(cfg.dataset),
