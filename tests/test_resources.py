@@ -188,10 +188,38 @@ def test_a_budget_smaller_than_one_long_update_is_refused(tmp_path, capsys):
     assert "total_steps=100000 is less than one update" in err and "1048576 steps" in err
 
 
-def test_a_small_rounding_up_still_runs_with_its_notice(tmp_path, capsys):
-    args = [*TINY_PPO, "total_steps=16", f"run_dir={tmp_path}/run", "tensorboard=false"]
-    assert train_main(args) == 0
-    assert "total_steps=16 rounded up to 64" in capsys.readouterr().err
+def test_a_short_rounding_up_still_runs_with_its_notice(tmp_path, capsys):
+    args = [*TINY_PPO, "total_steps=2", f"run_dir={tmp_path}/run", "tensorboard=false"]
+    assert train_main(args) == 0  # 32 x the budget, but one update is 64 steps
+    assert "total_steps=2 rounded up to 64" in capsys.readouterr().err
+
+
+class HugeActions(gym.Env):
+    """A Gymnasium env whose action space alone sizes a head no machine here holds."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,))
+    action_space = gym.spaces.Discrete(2**26)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+def test_a_trained_envs_spaces_are_counted_before_the_agent_is_built(algo, tmp_path, capsys):
+    gym.register("RltransHugeActions-v0", entry_point=f"{__name__}:HugeActions")
+    try:
+        args = ["env=gym", "env.id=RltransHugeActions-v0", "env.num_envs=2", "agent.dim=64"]
+        args += ["algo.num_minibatches=1", "algo.segment_length=16"]
+        if algo == "impala":
+            args += ["algo=impala", "runtime=local"]
+        err = train_refused([*args, "algo.num_steps=16", "total_steps=16"], tmp_path, capsys)
+    finally:
+        gym.registry.pop("RltransHugeActions-v0")
+    assert "the observation and action spaces" in err, err
 
 
 # ----------------------------------------------------------------------------- threads

@@ -34,11 +34,10 @@ MAX_THREADS = 1024
 MAX_ACTORS = 512
 # What one actor process holds at least: a Python interpreter with torch, its env and agent.
 ACTOR_PROCESS_BYTES = 256 * 2**20
-# A fresh run's budget smaller than one update is refused where that update is more than
-# MAX_ROUND_UP x the budget or more than LONG_UPDATE env steps: the budget would be rounded up
-# by that much, and a stop signal is read between updates only, so the update cannot be
-# stopped. Smaller roundings are said on stderr (rltrans.run.Run.whole_updates).
-MAX_ROUND_UP = 16
+# A fresh run's budget smaller than one update of more than LONG_UPDATE env steps is refused:
+# the budget would be rounded up to that update, and a stop signal is read between updates
+# only, so it could not be stopped. Shorter roundings (seconds of work) are said on stderr
+# (rltrans.run.Run.whole_updates).
 LONG_UPDATE = 2**16
 STACKS = ("gtrxl", "trxl", "trxl_i", "universal")
 MATRIX_MEMORIES = ("linear", "delta", "additive")
@@ -289,14 +288,13 @@ def update_steps(cfg: dict) -> tuple[int, str] | None:
 
 
 def budget_problems(cfg: dict) -> list[str]:
-    """A fresh online run whose total_steps is smaller than one update that is long (more
-    than :data:`MAX_ROUND_UP` x the budget or :data:`LONG_UPDATE` steps): a stop signal is
-    read between updates only."""
+    """A fresh online run whose total_steps is smaller than one update of more than
+    :data:`LONG_UPDATE` steps: a stop signal is read between updates only."""
     update, budget = update_steps(cfg), cfg.get("total_steps")
     if cfg.get("resume") or update is None or not isinstance(budget, int):
         return []
     steps, made_of = update
-    if steps <= budget or (steps <= MAX_ROUND_UP * budget and steps <= LONG_UPDATE):
+    if steps <= budget or steps <= LONG_UPDATE:
         return []
     return [
         f"total_steps={budget} is less than one update ({made_of} = {steps} steps), which "

@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 from rltrans import distributed
 from rltrans.accel import Accel
 from rltrans.config import to_container
+from rltrans.config.resources import check_resources
 from rltrans.envs import make_env
 from rltrans.learners import ImpalaLearner, NonFiniteLossError
 from rltrans.logging import EpisodeTracker
@@ -144,6 +145,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
         envs = [make_env(cfg.env, seed=cfg.seed + i, device=device) for i in range(num_actors)]
     spaces = (envs[0].single_observation_space, envs[0].single_action_space)
     with run.building("agent"):
+        check_resources(cfg, spaces=spaces)  # the heads and encoders the spaces size
         agent_cfg = to_container(cfg.agent)
         options = algo_agent_options(agent_cfg, to_container(algo))  # algo.reconstruction_coef
         agent = build_agent(agent_cfg, *spaces, **options).to(device)

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from rltrans.accel import Accel
 from rltrans.buffers.trajectory import TrajectoryBuffer
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
-from rltrans.config.resources import wrapper_problems
+from rltrans.config.resources import check_resources, wrapper_problems
 from rltrans.config.schema import MAX_LENGTH, MAX_SPACE_SIZE, MAX_STEPS
 from rltrans.envs import make_env
 from rltrans.envs.offline import (
@@ -239,6 +239,7 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
                 actual_label="the evaluation env has",
             )  # fmt: skip
     with run.building("agent"):
+        check_resources(cfg, spaces=spaces)  # the heads and encoders the spaces size
         agent = build_agent(to_container(cfg.agent), *spaces, stats=buffer.stats()).to(device)
     train_steps = int(cfg.train_steps)
     accel = Accel()

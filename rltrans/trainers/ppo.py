@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from rltrans.accel import Accel, draws_random
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import to_container
+from rltrans.config.resources import check_resources
 from rltrans.envs import make_env
 from rltrans.learners import NonFiniteLossError, PPOLearner
 from rltrans.logging import EpisodeTracker
@@ -50,6 +51,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
         envs = make_env(cfg.env, seed=cfg.seed, device=device)
     spaces = (envs.single_observation_space, envs.single_action_space)
     with run.building("agent"):
+        check_resources(cfg, spaces=spaces)  # the heads and encoders the spaces size
         agent_cfg = to_container(cfg.agent)
         options = algo_agent_options(agent_cfg, to_container(algo))  # algo.reconstruction_coef
         agent = build_agent(agent_cfg, *spaces, **options).to(device)
