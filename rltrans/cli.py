@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from rltrans.checkpoint import CheckpointError
 from rltrans.config import ConfigError, config_help, load_config
+from rltrans.fsutil import UnsafePathError
 from rltrans.logging import print_summary
 from rltrans.spaces import SpaceMismatchError
 
@@ -42,6 +43,9 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
             print(OmegaConf.to_yaml(cfg))
             return 0
         summary = run(cfg)
+    except UnsafePathError as err:  # a link or a special file met while writing or reading
+        print(f"error: {err.strerror or err}", file=sys.stderr)
+        return 2
     except (ConfigError, FileNotFoundError, CheckpointError, SpaceMismatchError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
