@@ -147,7 +147,7 @@ def _remove_stale_temps(dir_fd: int) -> None:
 
 def _unsafe(err: UnsafePathError) -> CheckpointError:
     """The one-line CheckpointError for a link or a special file in a checkpoint's place."""
-    return CheckpointError(err.strerror or str(err))
+    return CheckpointError(str(err))
 
 
 def _save_into(dir_fd: int, name: str, payload: dict[str, Any]) -> None:

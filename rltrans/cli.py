@@ -43,10 +43,13 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
             print(OmegaConf.to_yaml(cfg))
             return 0
         summary = run(cfg)
-    except UnsafePathError as err:  # a link or a special file met while writing or reading
-        print(f"error: {err.strerror or err}", file=sys.stderr)
-        return 2
-    except (ConfigError, FileNotFoundError, CheckpointError, SpaceMismatchError) as err:
+    except (
+        ConfigError,
+        FileNotFoundError,
+        CheckpointError,
+        SpaceMismatchError,
+        UnsafePathError,
+    ) as err:  # UnsafePathError: a link or a special file met while writing or reading
         print(f"error: {err}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line (rank 0's)

@@ -35,6 +35,9 @@ class UnsafePathError(OSError):
     """A path rltrans reads or writes is a symbolic link, a special file (FIFO, socket,
     device) or otherwise not the plain file or folder expected; the message is one line."""
 
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
 
 def kind(mode: int) -> str:
     """What a file of ``mode`` is, in words (``a FIFO``, ``a symbolic link``, ...)."""
@@ -194,3 +197,52 @@ def write_file(path: Path, fill: Callable[[IO[bytes]], None], *, folder_link: bo
             fill(f)
     finally:
         os.close(fd)
+
+
+def check_output(path: Path, *, folder_link: bool = True) -> None:
+    """Raise UnsafePathError now for what :func:`write_file` would refuse at the end of a long
+    command (a link or special file at ``path``, a link at its folder)."""
+    if not folder_link and os.path.lexists(path.parent):
+        os.close(open_dir(path.parent))
+    if os.path.isdir(path.parent):
+        refuse_special(str(path), dir_fd=None)
+
+
+class AppendFile:
+    """An existing regular file ``name`` in the folder ``dir_fd``, opened for appending
+    without following a link; each write goes to disk whole and at once (no buffer), so a
+    process killed after a write keeps it. Has the ``write``/``flush``/``close`` of a file."""
+
+    def __init__(self, name: str, *, dir_fd: int) -> None:
+        flags = os.O_WRONLY | os.O_APPEND | _NOFOLLOW | _NONBLOCK | _CLOEXEC
+        try:
+            fd = os.open(name, flags, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise UnsafePathError(
+                errno.ENOENT, f"{name} is not in the folder rltrans opened (replaced meanwhile?)"
+            ) from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise UnsafePathError(errno.EINVAL, f"{name} is {kind(info.st_mode)}")
+        self._fd: int | None = fd
+
+    def write(self, data: bytes) -> None:
+        """Write all of ``data``."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def flush(self) -> None:
+        """Nothing is buffered here."""
+
+    def close(self) -> None:
+        """Close the file; safe to call twice."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._fd is None
