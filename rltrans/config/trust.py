@@ -37,6 +37,7 @@ from rltrans.config.compose import default_config
 from rltrans.config.errors import ConfigError, format_problems
 from rltrans.config.files import config_root, group_options
 from rltrans.config.schema import check_config, keyword_mappings
+from rltrans.fsutil import read_text
 
 MAX_DEPTH = 12  # mappings and lists nested deeper than any shipped config
 MAX_VALUES = 20_000  # values in one config (a shipped one holds about 150)
@@ -55,7 +56,7 @@ _GROUPS = ("env", "algo", "runtime", "agent")
 def read_yaml(path: Path) -> Any:
     """A YAML file's data through the safe loader, or ConfigError naming the file."""
     try:
-        text = path.read_text()
+        text = read_text(path)  # a regular file only: a FIFO would block the read forever
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot be read ({err})") from None
     try:
