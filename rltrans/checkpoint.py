@@ -18,18 +18,18 @@ import os
 import pickle
 import random
 import re
-import secrets
 import shutil
-import tempfile
 import warnings
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 
+from rltrans import fsutil
+from rltrans.fsutil import UnsafePathError
 from rltrans.spaces import SpaceMismatchError
 
 # Bump when the payload layout changes incompatibly; load refuses newer versions.
@@ -142,17 +142,6 @@ def check_finite_weights(model: Any, source: str) -> None:
 # ----------------------------------------------------------------------------- atomic save
 
 
-def _fsync_dir(directory: Path) -> None:
-    # The rename is only durable once the directory entry is on disk (POSIX only).
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)  # signal 0 only checks existence
@@ -163,36 +152,31 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_temps(directory: Path) -> None:
+def _remove_stale_temps(dir_fd: int) -> None:
     """Delete temp files left by writers that were killed mid-save (their pid is gone)."""
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(directory):
-            match = _TEMP_RE.match(entry.name)
-            if match and not _pid_alive(int(match["pid"])):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
+    for name in os.listdir(dir_fd):
+        match = _TEMP_RE.match(name)
+        if match and not _pid_alive(int(match["pid"])):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
 
 
-def _temp_name(directory: Path, target: str) -> Path:
-    return directory / f".{target}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+def _unsafe(err: UnsafePathError) -> CheckpointError:
+    """The one-line CheckpointError for a link or a special file in a checkpoint's place."""
+    return CheckpointError(str(err))
 
 
-def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
-    fd, temp = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp"
-    )
+def _save_into(dir_fd: int, name: str, payload: dict[str, Any]) -> None:
+    """Validate ``payload`` and write it with the format keys to ``name`` in the folder
+    ``dir_fd``, atomically, never through a link (see :func:`rltrans.fsutil.writing`)."""
+    validate_payload(payload)
+    full = {**payload, "format_version": FORMAT_VERSION, "rltrans_version": _rltrans_version()}
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
         # os.replace is atomic on POSIX and Windows: readers see the old or the new file.
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    _fsync_dir(path.parent)
+        with fsutil.writing(name, dir_fd=dir_fd, mode=0o600) as f:
+            torch.save(full, f)
+    except UnsafePathError as err:
+        raise _unsafe(err) from None
 
 
 def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> None:
@@ -200,13 +184,16 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> No
 
     A crash or SIGKILL at any moment leaves either the previous file or the new
     complete one. Raises TypeError naming the key path of anything that
-    `torch.load(weights_only=True)` could not read back.
+    `torch.load(weights_only=True)` could not read back, and CheckpointError when `path`
+    is a link or a special file (it is never written through).
     """
     path = Path(path)
-    validate_payload(payload)
-    full = {**payload, "format_version": FORMAT_VERSION, "rltrans_version": _rltrans_version()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, full)
+    fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        _save_into(fd, path.name, payload)
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- safe load
@@ -223,14 +210,10 @@ def _missing_message(path: Path) -> str:
     return f"checkpoint {path} does not exist; checkpoints in {path.parent}{more}: {shown}"
 
 
-def verify_checkpoint_file(path: str | os.PathLike[str]) -> None:
-    """Cheap structural check (torch zip archive with a pickle record) without loading tensors.
-
-    Raises FileNotFoundError or CheckpointError. A truncated file fails here because
-    the zip central directory is written last.
-    """
-    path = Path(path)
-    if not path.exists():
+def _open_checkpoint(path: Path) -> BinaryIO:
+    """The checkpoint file, opened for reading after the structural checks of
+    :func:`verify_checkpoint_file` (positioned at its start)."""
+    if not os.path.lexists(path):
         raise FileNotFoundError(_missing_message(path))
     if path.is_dir():
         raise IsADirectoryError(
@@ -238,8 +221,28 @@ def verify_checkpoint_file(path: str | os.PathLike[str]) -> None:
             f"or use CheckpointManager({str(path)!r}).load_latest()"
         )
     try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
+        f = os.fdopen(fsutil.open_regular(path), "rb")
+    except FileNotFoundError:  # a dangling link, or pruned meanwhile
+        raise FileNotFoundError(_missing_message(path)) from None
+    except UnsafePathError as err:
+        raise _unsafe(err) from None
+    try:
+        _check_archive(f, path)
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _check_archive(f: BinaryIO, path: Path) -> None:
+    """A torch zip archive with a pickle record whose members are stored as torch.save
+    stores them: uncompressed, together no larger than the file (a compressed member could
+    expand a small file into gigabytes in memory)."""
+    size = os.fstat(f.fileno()).st_size
+    try:
+        with zipfile.ZipFile(f) as archive:
+            members = archive.infolist()
     except PermissionError:
         raise  # unreadable is not corrupt
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
@@ -247,8 +250,36 @@ def verify_checkpoint_file(path: str | os.PathLike[str]) -> None:
             f"{path} is corrupt or truncated, or not an rltrans checkpoint "
             f"(not a readable torch zip archive: {e})"
         ) from e
-    if not any(name.endswith("/data.pkl") for name in names):
+    if not any(m.filename.endswith("/data.pkl") for m in members):
         raise CheckpointError(f"{path} is a zip file but not an rltrans checkpoint (no data.pkl)")
+    packed = [m.filename for m in members if m.compress_type != zipfile.ZIP_STORED]
+    if packed:
+        raise CheckpointError(
+            f"refusing to load {path}: member {packed[0]} is compressed, which torch.save never "
+            f"writes (it stores members uncompressed); not an rltrans checkpoint"
+        )
+    total = sum(m.file_size for m in members)
+    if total > size:
+        raise CheckpointError(
+            f"refusing to load {path}: its members claim {total} bytes in a file of {size} "
+            f"bytes; corrupt, or not an rltrans checkpoint"
+        )
+
+
+def verify_checkpoint_file(path: str | os.PathLike[str]) -> None:
+    """Cheap structural check (torch zip archive with a pickle record) without loading tensors.
+
+    Raises FileNotFoundError or CheckpointError. A truncated file fails here because
+    the zip central directory is written last; a FIFO, socket or device in the checkpoint's
+    place is refused without being opened for a blocking read.
+    """
+    _open_checkpoint(Path(path)).close()
+
+
+def _mmap_name(f: BinaryIO, path: Path) -> str:
+    """A name torch.load(mmap=True) opens as the very file ``f`` (Linux: /proc/self/fd)."""
+    own = f"/proc/self/fd/{f.fileno()}"
+    return own if os.path.exists(own) else str(path)
 
 
 def load_checkpoint(
@@ -260,27 +291,28 @@ def load_checkpoint(
     ``mmap``: map the tensors from the file instead of reading them (for a look at its config).
 
     Raises FileNotFoundError (listing the checkpoints next to `path`), CheckpointError
-    for corrupt, truncated, unsafe or foreign files, and CheckpointVersionError for a
-    checkpoint written by a newer format.
+    for corrupt, truncated, unsafe or foreign files (and special files: a FIFO never blocks
+    the load), and CheckpointVersionError for a checkpoint written by a newer format.
     """
     path = Path(path)
-    verify_checkpoint_file(path)
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as e:
-        unsafe = re.search(r"GLOBAL ([\w.]+)", str(e))
-        if unsafe:
-            raise CheckpointError(
-                f"refusing to load {path}: it contains a pickled object of type {unsafe[1]}, "
-                "which torch.load(weights_only=True) does not allow. rltrans never unpickles "
-                "arbitrary objects (that could run code); it is not an rltrans checkpoint."
-            ) from None
-        raise CheckpointError(f"{path} is corrupt (unreadable pickle data: {e})") from e
-    except PermissionError:
-        raise
-    except (RuntimeError, EOFError, ValueError, OSError, KeyError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"{path} is corrupt or truncated ({first})") from e
+    with _open_checkpoint(path) as f:
+        source: Any = _mmap_name(f, path) if mmap else f
+        try:
+            payload = torch.load(source, map_location=map_location, weights_only=True, mmap=mmap)
+        except pickle.UnpicklingError as e:
+            unsafe = re.search(r"GLOBAL ([\w.]+)", str(e))
+            if unsafe:
+                raise CheckpointError(
+                    f"refusing to load {path}: it contains a pickled object of type {unsafe[1]}, "
+                    "which torch.load(weights_only=True) does not allow. rltrans never unpickles "
+                    "arbitrary objects (that could run code); it is not an rltrans checkpoint."
+                ) from None
+            raise CheckpointError(f"{path} is corrupt (unreadable pickle data: {e})") from e
+        except PermissionError:
+            raise
+        except (RuntimeError, EOFError, ValueError, OSError, KeyError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CheckpointError(f"{path} is corrupt or truncated ({first})") from e
     if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(
             f"{path} is a torch file but not an rltrans checkpoint (no format_version field)"
@@ -300,6 +332,11 @@ def load_checkpoint(
 # ----------------------------------------------------------------------------- rotation
 
 
+def _steps(names: list[str]) -> list[tuple[int, str]]:
+    """(step, name) of the step checkpoints among ``names``, oldest step first."""
+    return sorted((int(m[1]), name) for name in names if (m := _STEP_RE.match(name)))
+
+
 class CheckpointManager:
     """Rotating checkpoints `step_{step:012d}.pt` plus `last.pt` in one directory.
 
@@ -313,11 +350,21 @@ class CheckpointManager:
         >>> resumed = manager.load_latest()
     """
 
-    def __init__(self, directory: str | os.PathLike[str], keep_last: int = 3) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        keep_last: int = 3,
+        *,
+        parent_fd: int | None = None,
+    ) -> None:
+        """``parent_fd``: a descriptor of the folder holding ``directory`` (a run folder); every
+        save then reaches ``directory`` through it, so no link anywhere on the path is followed.
+        Without it only ``directory`` itself may not be a link."""
         if keep_last < 1:
             raise ValueError(f"keep_last must be >= 1, got {keep_last}")
         self.directory = Path(directory)
         self.keep_last = keep_last
+        self.parent_fd = parent_fd
         self._warned_future = False
 
     @property
@@ -333,51 +380,64 @@ class CheckpointManager:
         """All step checkpoints as (step, path), oldest step first."""
         if not self.directory.is_dir():
             return []
-        found = []
-        for entry in os.scandir(self.directory):
-            match = _STEP_RE.match(entry.name)
-            if match:
-                found.append((int(match[1]), Path(entry.path)))
-        return sorted(found)
+        return [(step, self.directory / name) for step, name in _steps(os.listdir(self.directory))]
+
+    def _open(self) -> int:
+        """The checkpoint folder, created when missing, opened anew for each save without
+        following links: a folder swapped for a link mid-run is refused, not written through."""
+        try:
+            if self.parent_fd is not None:
+                return fsutil.open_dir(self.directory.name, dir_fd=self.parent_fd, create=True)
+            self.directory.parent.mkdir(parents=True, exist_ok=True)
+            return fsutil.open_dir(self.directory, create=True)
+        except UnsafePathError as err:
+            raise CheckpointError(f"checkpoint folder {self.directory}: {err.strerror}") from None
 
     def save(self, step: int, payload: dict[str, Any]) -> Path:
         """Write the step checkpoint, point `last.pt` at it, prune old ones; return its path."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        self.directory.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(self.directory)
         path = self.step_path(step)
-        save_checkpoint(path, payload)
-        self._point_last_at(path)
-        self._prune(keep=path, step=step)
+        fd = self._open()
+        try:
+            _remove_stale_temps(fd)
+            _save_into(fd, path.name, payload)
+            self._point_last_at(fd, path.name)
+            self._prune(fd, keep=path.name, step=step)
+        finally:
+            os.close(fd)
         return path
 
-    def _point_last_at(self, path: Path) -> None:
-        temp = _temp_name(self.directory, self.last_path.name)
+    def _point_last_at(self, fd: int, name: str) -> None:
+        temp = fsutil.temp_name(self.last_path.name)
         try:
-            os.link(path, temp)
+            os.link(name, temp, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
         except OSError:
             # Filesystems without hard links (some FUSE/SMB mounts): copy instead.
-            with open(path, "rb") as src, open(temp, "wb") as dst:
+            with (
+                os.fdopen(fsutil.open_regular(name, dir_fd=fd, follow=False), "rb") as src,
+                os.fdopen(fsutil.create_new(temp, dir_fd=fd, mode=0o600), "wb") as dst,
+            ):
                 shutil.copyfileobj(src, dst)
                 dst.flush()
                 os.fsync(dst.fileno())
         try:
-            os.replace(temp, self.last_path)
+            # Replaces a link at last.pt itself; never writes into what it points to.
+            os.replace(temp, self.last_path.name, src_dir_fd=fd, dst_dir_fd=fd)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+                os.unlink(temp, dir_fd=fd)
             raise
-        _fsync_dir(self.directory)
+        fsutil.fsync_dir(fd)
 
-    def _prune(self, keep: Path, step: int) -> None:
-        existing = self.checkpoints()
-        newer = [p for s, p in existing if s > step]
+    def _prune(self, fd: int, keep: str, step: int) -> None:
+        existing = _steps(os.listdir(fd))
+        newer = [name for s, name in existing if s > step]
         if newer and not self._warned_future:
             # Resuming from an older checkpoint leaves the abandoned later ones behind.
             warnings.warn(
                 f"{self.directory} holds checkpoints from later steps than the one just saved "
-                f"({keep.name}), e.g. {newer[-1].name}; last.pt points at the new one",
+                f"({keep}), e.g. {newer[-1]}; last.pt points at the new one",
                 stacklevel=3,
             )
             self._warned_future = True
@@ -385,7 +445,7 @@ class CheckpointManager:
         for _, old in existing[: max(len(existing) - self.keep_last, 0)]:
             if old != keep:
                 with contextlib.suppress(FileNotFoundError):
-                    old.unlink()
+                    os.unlink(old, dir_fd=fd)
 
     def _candidates(self) -> list[Path]:
         # last.pt is the explicit pointer to the most recent save; step files are fallbacks.

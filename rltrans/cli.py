@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from rltrans.checkpoint import CheckpointError
 from rltrans.config import ConfigError, config_help, load_config
+from rltrans.fsutil import UnsafePathError
 from rltrans.logging import print_summary
 from rltrans.spaces import SpaceMismatchError
 
@@ -42,7 +43,13 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
             print(OmegaConf.to_yaml(cfg))
             return 0
         summary = run(cfg)
-    except (ConfigError, FileNotFoundError, CheckpointError, SpaceMismatchError) as err:
+    except (
+        ConfigError,
+        FileNotFoundError,
+        CheckpointError,
+        SpaceMismatchError,
+        UnsafePathError,
+    ) as err:  # UnsafePathError: a link or a special file met while writing or reading
         print(f"error: {err}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line (rank 0's)

@@ -27,6 +27,7 @@ from rltrans.config import ConfigError
 from rltrans.config.resources import check_resources
 from rltrans.config.schema import MAX_ENVS
 from rltrans.envs import make_env
+from rltrans.fsutil import check_output
 from rltrans.logging import ProgressBar
 from rltrans.policy import (
     agent_from_checkpoint,
@@ -147,6 +148,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         )
     env_cfg = eval_env_config(cfg, payload, num_envs)
     check_env_code(env_cfg, cfg.trust_env_code, f"the env config of checkpoint {path}")
+    gif_path = Path(cfg.video_dir or path.parent.parent / "videos") / "eval.gif"
+    if cfg.video:  # the same rules as train's videos/: refused before anything is played
+        check_output(gif_path, folder_link=False)
     with building("env"):
         envs = make_env(env_cfg, seed=cfg.seed, device=device, training=False)
     video = VideoRecorder(envs) if cfg.video else None
@@ -198,7 +202,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         if successes:
             summary["success_rate"] = float(np.mean(successes))
     if video is not None:
-        gif = video.save(Path(cfg.video_dir or path.parent.parent / "videos") / "eval.gif")
+        gif = video.save(gif_path)  # never through a link (VideoRecorder.save)
         if gif is not None:
             summary["video"] = str(gif)
     return summary

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -28,6 +29,9 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 from tqdm import tqdm
+
+from rltrans import fsutil
+from rltrans.fsutil import UnsafePathError
 
 # Standard prefixes and names (as CleanRL logs them).
 CHARTS = "charts/"
@@ -93,16 +97,30 @@ class MetricLogger:
         *,
         use_tensorboard: bool = True,
         purge_step: int | None = None,
+        dir_fd: int | None = None,
     ) -> None:
         """``purge_step``: a resumed run's checkpoint step; TensorBoard hides the events an
-        interrupted process wrote after it, so no step appears twice with two values."""
+        interrupted process wrote after it, so no step appears twice with two values.
+        ``dir_fd``: a descriptor of ``run_dir`` (a run's own) to reach ``tb/`` through.
+
+        ``tb/`` may not be a link: it is opened without following one, the event file is
+        written through that descriptor, and a ``tb/`` swapped for anything else while the
+        run writes is refused (UnsafePathError) at the next flush or close."""
         self.run_dir = Path(run_dir)
         self._writer: Any = None
+        self._fds: tuple[int, int] | None = None  # (run folder, tb/)
         if use_tensorboard:
             # Imported here: tensorboard takes about a second to import and is optional at runtime.
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(log_dir=str(self.run_dir / "tb"), purge_step=purge_step)
+            self._fds = _open_tb(self.run_dir, dir_fd)
+            try:
+                self._writer = SummaryWriter(log_dir=str(self.tb_dir), purge_step=purge_step)
+                _pin_event_file(self._writer, self._fds[1])
+                self._check_tb()
+            except BaseException:
+                self._close_fds()
+                raise
         self._latest: dict[str, float] = {}
         self._last_step: dict[str, int] = {}
         self._closed = False
@@ -145,23 +163,80 @@ class MetricLogger:
         """Step at which `name` was last logged, or None if never."""
         return self._last_step.get(name)
 
+    def _check_tb(self) -> None:
+        """UnsafePathError unless ``tb/`` is still the real folder this logger opened."""
+        if self._fds is not None and not fsutil.same_dir(self._fds[1], "tb", dir_fd=self._fds[0]):
+            raise UnsafePathError(
+                errno.ELOOP,
+                f"{self.tb_dir} was replaced (by a link?) while the run was writing it; "
+                "rltrans never writes through links: its events stay in the folder it opened",
+            )
+
+    def _close_fds(self) -> None:
+        if self._fds is not None:
+            for fd in self._fds:
+                os.close(fd)
+            self._fds = None
+
     def flush(self) -> None:
-        """Push pending events to disk."""
+        """Push pending events to disk (checking ``tb/`` is still the folder it was)."""
         if self._writer is not None and not self._closed:
             self._writer.flush()
+            self._check_tb()
 
     def close(self) -> None:
         """Flush and close the event file; safe to call twice."""
-        if not self._closed and self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
+        if self._closed:
+            return
         self._closed = True
+        try:
+            if self._writer is not None:
+                self._writer.flush()
+                self._writer.close()
+                self._check_tb()
+        finally:
+            self._close_fds()
 
     def __enter__(self) -> MetricLogger:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _open_tb(run_dir: Path, dir_fd: int | None) -> tuple[int, int]:
+    """Descriptors of the run folder and of its ``tb/`` (created), neither opened through a
+    link at its own name."""
+    if dir_fd is not None:
+        parent = os.dup(dir_fd)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        parent = fsutil.open_dir(run_dir)
+    try:
+        return parent, fsutil.open_dir("tb", dir_fd=parent, create=True)
+    except BaseException:
+        os.close(parent)
+        raise
+
+
+def _pin_event_file(writer: Any, tb_fd: int) -> None:
+    """Make the SummaryWriter write its event file through ``tb_fd``: TensorBoard's own file
+    object reopens the file by its path at every write, which would follow a link swapped in
+    for ``tb/`` later. Where TensorBoard's internals differ from the ones known here, the
+    writer is left as it is (``tb/`` is then checked at each flush and close)."""
+    try:
+        events = writer.file_writer.event_writer
+        queue_writer = events._async_writer
+        records = queue_writer._writer
+        name = os.path.basename(events._file_name)
+    except AttributeError:
+        return
+    if not hasattr(records, "_writer"):
+        return
+    with queue_writer._lock:
+        queue_writer._byte_queue.join()  # what was queued before is written (by path) first
+        records.flush()
+        records._writer = events._general_file_writer = fsutil.AppendFile(name, dir_fd=tb_fd)
 
 
 # ----------------------------------------------------------------------------- episodes

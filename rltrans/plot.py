@@ -33,7 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import logging
+import os
+import stat
 import sys
 import textwrap
 from collections.abc import Iterator, Sequence
@@ -43,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from rltrans import fsutil
 from rltrans.config import ConfigError, read_yaml
 from rltrans.config.spec import format_value
 from rltrans.logging import print_summary
@@ -117,7 +121,7 @@ def parse_args(argv: Sequence[str]) -> tuple[list[Path], dict[str, str]]:
 def flat_config(run: Path) -> dict[str, Any]:
     """The run's config.yaml as ``{dotted.key: value}`` without the RUN_KNOBS."""
     path = run / "config.yaml"
-    if not path.is_file():
+    if not os.path.lexists(path) or path.is_dir():
         raise PlotError(
             f"{run}: not a run folder (no config.yaml); give folders rltrans.train wrote"
         )
@@ -147,6 +151,7 @@ def read_curve(run: Path, tag: str, x: str) -> Curve:
     tb = run / "tb"
     if not tb.is_dir() or not any(p.name.startswith("events.out.tfevents") for p in tb.iterdir()):
         raise PlotError(f"{run}: no TensorBoard events in {tb} (trained with tensorboard=false?)")
+    refuse_special_events(tb)
     # Keep every scalar (the default keeps a sample of 10,000) and no histograms or images.
     keep = {"scalars": 0, "histograms": 1, "images": 1, "audio": 1, "tensors": 1}
     # Quiet: TensorBoard logs a warning for the events it hides after a resume (purge_step).
@@ -171,6 +176,21 @@ def read_curve(run: Path, tag: str, x: str) -> Curve:
     ys = np.array([by_x[v] for v in xs], dtype=np.float64)
     finite = np.isfinite(ys)
     return Curve(run, xs[finite], ys[finite])
+
+
+def refuse_special_events(tb: Path) -> None:
+    """PlotError when ``tb`` is a link or holds an event file (any name TensorBoard reads:
+    one with ``tfevents`` in it) that is a link or not a regular file: TensorBoard would open
+    a FIFO for a blocking read and wait forever."""
+    if tb.is_symlink():
+        raise PlotError(f"{tb} is a symbolic link; a run folder's tb/ must be a real folder")
+    for entry in os.scandir(tb):
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if "tfevents" in entry.name and not stat.S_ISREG(mode):
+            raise PlotError(
+                f"{entry.path} is {fsutil.kind(mode)}, not a regular file; TensorBoard event "
+                "files are read only from regular files"
+            )
 
 
 @contextlib.contextmanager
@@ -235,14 +255,15 @@ def mean_band(label: str, curves: list[Curve]) -> Group:
 
 
 def write_csv(path: Path, groups: list[Group]) -> None:
-    """One row per group and grid point: group, step, mean, low, high, n_seeds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["group", "step", "mean", "low", "high", "n_seeds"])
-        for g in groups:
-            for row in zip(g.x, g.mean, g.low, g.high, g.n, strict=True):
-                out.writerow([g.label, *(f"{v:.10g}" for v in row[:4]), int(row[4])])
+    """One row per group and grid point: group, step, mean, low, high, n_seeds. Written
+    atomically, never through a link (see :func:`rltrans.fsutil.write_file`)."""
+    text = io.StringIO(newline="")
+    out = csv.writer(text)
+    out.writerow(["group", "step", "mean", "low", "high", "n_seeds"])
+    for g in groups:
+        for row in zip(g.x, g.mean, g.low, g.high, g.n, strict=True):
+            out.writerow([g.label, *(f"{v:.10g}" for v in row[:4]), int(row[4])])
+    fsutil.write_file(path, lambda f: f.write(text.getvalue().encode()))
 
 
 def draw_png(path: Path, groups: list[Group], tag: str, x: str) -> None:
@@ -264,8 +285,7 @@ def draw_png(path: Path, groups: list[Group], tag: str, x: str) -> None:
     ax.grid(alpha=0.3)
     # Below the axes: labels of several differing keys are long.
     fig.legend(loc="outside lower center", fontsize="small")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fsutil.write_file(path, lambda f: fig.savefig(f, format="png", dpi=120))
 
 
 def _check_matplotlib() -> None:
@@ -293,8 +313,12 @@ def plot(argv: Sequence[str]) -> dict[str, Any]:
     ]
     out, table = Path(options["out"]), Path(options["csv"])
     try:
+        for path in (out, table):  # both checked before either is written
+            fsutil.check_output(path)
         draw_png(out, groups, tag, x)
         write_csv(table, groups)
+    except fsutil.UnsafePathError as err:
+        raise PlotError(str(err)) from None
     except (OSError, ValueError) as err:  # a folder, a read-only place, a name the OS refuses
         raise PlotError(f"cannot write {out} or {table}: {err}") from None
     return {

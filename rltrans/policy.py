@@ -22,6 +22,7 @@ or called.
 from __future__ import annotations
 
 import math
+import os
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     for candidate in (path, path / "last.pt", path / "checkpoints" / "last.pt"):
         if candidate.is_file():
             return candidate
+        if os.path.lexists(candidate) and not candidate.is_dir():
+            return candidate  # a link or a special file: load_checkpoint says which, unopened
     raise FileNotFoundError(
         f"no checkpoint at {path} (looked for the file itself, {path / 'last.pt'} and "
         f"{path / 'checkpoints' / 'last.pt'})"

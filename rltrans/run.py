@@ -6,7 +6,8 @@ dies, so a crashed run's folder is simply taken over). A fresh run refuses a fol
 already holds checkpoints unless ``resume=true`` (continue it) or ``overwrite=true`` (start
 over). A resumed run continues the run's SAVED config: the command line may change only
 :data:`RESUMABLE_KEYS` (budget, checkpoint cadence, logging, device, threads); any other
-difference is refused with the keys that differ, saved vs given.
+difference is refused with the keys that differ, saved vs given. Which folders a run may
+take, and how it writes in them (never through a link): :mod:`rltrans.run_folder`.
 
 Example (inside a trainer)::
 
@@ -19,14 +20,10 @@ Example (inside a trainer)::
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import random
 import secrets
-import shutil
-import stat
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -55,6 +52,21 @@ from rltrans.config import (
     to_container,
 )
 from rltrans.distributed import World
+from rltrans.run_folder import (
+    CONFIG_FILE,
+    LOCK_FILE,
+    RUN_ENTRIES,
+    RunFolderLock,
+    check_claimable,
+    check_entries,
+    make_run_dir,
+    mark,
+    open_run_dir,
+    refuse_links,
+    remove_created,
+    remove_for_overwrite,
+    save_config,
+)
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
 
 # Keys a resumed run may change; every other key keeps the run's saved value.
@@ -72,11 +84,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "run_dir",
     "overwrite",
 )
-CONFIG_FILE = "config.yaml"
-LOCK_FILE = ".lock"
 MAX_SPACE_SIZE = 2**26  # flattened dimensions of a checkpoint's space (an 8K RGB frame: 2^25)
-# What a run writes in its folder: none of them may be a link (a write would leave the folder).
-RUN_ENTRIES = (LOCK_FILE, CONFIG_FILE, "checkpoints", "tb", "videos")
 
 
 def select_device(name: str) -> torch.device:
@@ -150,55 +158,6 @@ def restoring(source: str) -> Iterator[None]:
     ) as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{source}: its saved state does not load ({text})") from None
-
-
-class RunFolderLock:
-    """One writer per run folder: an exclusive ``flock`` on ``<run_dir>/.lock``, held for the
-    run's lifetime. The OS drops it when the holder exits or is killed, so a dead owner's lock
-    is taken over without any stale-lock cleanup."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / LOCK_FILE
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        """Take the lock or raise ConfigError naming the process that holds it. The lock file
-        is opened without following links and must be a plain file of this folder alone (a
-        link to a file elsewhere would be truncated)."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        try:
-            fd = os.open(self.path, flags, 0o644)
-        except OSError as err:
-            raise ConfigError(
-                f"run folder {self.path.parent}: cannot open {self.path} "
-                f"({err.strerror}); it must be a plain file, not a link"
-            ) from None
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            os.close(fd)
-            raise ConfigError(
-                f"run folder {self.path.parent}: {self.path} is not a plain file of its own "
-                f"(a link or a special file); remove it or choose another run_dir"
-            )
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise ConfigError(
-                f"run folder {self.path.parent} is in use by a running process (pid {holder}); "
-                f"wait for it to finish or choose another run_dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        """Drop the lock (also dropped by the OS at exit)."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
 
 
 def default_run_dir(name: str, seed: int) -> Path:
@@ -305,53 +264,6 @@ def _same_as_checkpoint(saved: DictConfig, checkpoint: Path) -> None:
         )
 
 
-def refuse_links(run_dir: Path) -> None:
-    """Raise ConfigError when an entry a run writes in its folder is a symbolic link."""
-    for name in RUN_ENTRIES:
-        if (run_dir / name).is_symlink():
-            raise ConfigError(
-                f"run folder {run_dir}: {name} is a symbolic link; rltrans writes only inside "
-                f"its run folder and never through links: remove it or choose another run_dir"
-            )
-
-
-def _make_run_dir(run_dir: Path) -> bool:
-    """Create the run folder (and its parents); True when this call created the folder
-    itself, so that only then is it ever removed again."""
-    try:
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"run_dir={run_dir}: cannot create it ({err.strerror})") from None
-    try:
-        os.mkdir(run_dir)
-        return True
-    except FileExistsError:
-        if not run_dir.is_dir():
-            raise ConfigError(f"run_dir={run_dir} is a file, not a folder") from None
-        return False
-    except OSError as err:
-        raise ConfigError(f"run_dir={run_dir}: cannot create it ({err.strerror})") from None
-
-
-def _remove_created(run_dir: Path, lock: RunFolderLock) -> None:
-    """Delete a folder this process created, while still holding its lock (so no other run
-    can have started in it), then release the lock and remove the folder itself."""
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(run_dir):
-            if entry.name == LOCK_FILE:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(run_dir / LOCK_FILE)
-    lock.release()
-    with contextlib.suppress(OSError):  # not empty: another process wrote there meanwhile
-        os.rmdir(run_dir)
-
-
 class Run:
     """A run folder owned by this process: config, checkpoints, logging destination.
 
@@ -366,12 +278,19 @@ class Run:
         lock: RunFolderLock | None,
         created: bool = False,
         world: World | None = None,
+        dir_fd: int | None = None,
     ) -> None:
+        """``dir_fd``: a descriptor of ``run_dir`` (owned by the run, closed by :meth:`close`)
+        that every write goes through."""
         self.cfg, self.dir, self._lock, self._created = cfg, run_dir, lock, created
         self.world = world or World()
+        self.dir_fd = dir_fd
         keep = cfg.keep_checkpoints
-        self.checkpoints = CheckpointManager(run_dir / "checkpoints", keep_last=keep)
+        self.checkpoints = CheckpointManager(
+            run_dir / "checkpoints", keep_last=keep, parent_fd=dir_fd
+        )
         self.device = torch.device("cpu")
+        self._closed = False
         self.resumed_payload: dict[str, Any] | None = None
 
     @classmethod
@@ -402,27 +321,37 @@ class Run:
         if not world.is_main:
             return cls._join(cfg, world, overrides)
         run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(name, cfg.seed)
-        lock, created = RunFolderLock(run_dir), False
+        lock, created, fd = None, False, None
         try:
-            # The lock comes first: a process that fails to take it removes nothing.
-            created = _make_run_dir(run_dir)
+            # The lock comes first: a process that fails to take it removes nothing. A folder
+            # that is not rltrans's is refused before anything (the lock file) is written in it.
+            created = make_run_dir(run_dir)
+            fd = open_run_dir(run_dir)
+            if not created:
+                check_entries(run_dir, fd)  # links and special files are named first
+                check_claimable(run_dir, fd)
+            lock = RunFolderLock(run_dir, fd)
             lock.acquire()
         except BaseException as err:
+            if fd is not None:
+                os.close(fd)
             distributed.broadcast_object(("error", str(err) or type(err).__name__))
             distributed.shutdown()
             raise
         try:
-            refuse_links(run_dir)
-            cfg = cls._settle_config(cfg, run_dir, overrides)
+            check_entries(run_dir, fd)
+            cfg = cls._settle_config(cfg, run_dir, fd, overrides)
             cfg.run_dir = str(run_dir)
-            run = cls(cfg, run_dir, lock, created, world)
+            run = cls(cfg, run_dir, lock, created, world, dir_fd=fd)
             run.device = _learner_device(cfg, world)
             setup(cfg)
-            _save_config(cfg, run_dir / CONFIG_FILE)
+            mark(fd)
+            save_config(cfg, fd)
         except BaseException as err:
             if created:
-                _remove_created(run_dir, lock)
-            lock.release()
+                remove_created(run_dir, fd, lock)
+            lock.release(remove=lock.created)  # a refused folder is left as it was found
+            os.close(fd)
             distributed.broadcast_object(("error", str(err) or type(err).__name__))
             distributed.shutdown()
             raise
@@ -445,7 +374,9 @@ class Run:
         return run
 
     @staticmethod
-    def _settle_config(cfg: DictConfig, run_dir: Path, overrides: Sequence[str]) -> DictConfig:
+    def _settle_config(
+        cfg: DictConfig, run_dir: Path, dir_fd: int, overrides: Sequence[str]
+    ) -> DictConfig:
         if cfg.resume:
             return settled_config(cfg, overrides)
         if CheckpointManager(run_dir / "checkpoints").latest() is not None:
@@ -454,19 +385,18 @@ class Run:
                     f"run folder {run_dir} already holds checkpoints of another run; continue "
                     f"it with resume=true, replace it with overwrite=true, or pick a new run_dir"
                 )
-            for part in ("checkpoints", "tb", CONFIG_FILE):  # start over: nothing old stays
-                path = run_dir / part
-                if path.is_dir():
-                    shutil.rmtree(path)
-                elif path.exists():
-                    path.unlink()
+            remove_for_overwrite(run_dir, dir_fd)  # start over: nothing old stays
         return cfg
 
     def close(self) -> None:
         """Release the folder (also released by the OS when the process ends) and leave the
-        learner process group, if any."""
+        learner process group, if any. Nothing is saved after this."""
         if self._lock is not None:
             self._lock.release()
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = self.checkpoints.parent_fd = None
+            self._closed = True
         distributed.shutdown()
 
     @contextlib.contextmanager
@@ -484,8 +414,8 @@ class Run:
     def abandon(self) -> None:
         """Delete the folder if this run created it and saved nothing in it, then release it."""
         lock = self._lock if self.world.is_main and self._created else None
-        if lock is not None and self.checkpoints.latest() is None:
-            _remove_created(self.dir, lock)
+        if lock is not None and self.dir_fd is not None and self.checkpoints.latest() is None:
+            remove_created(self.dir, self.dir_fd, lock)
         self.close()
 
     # ------------------------------------------------------------------------- checkpoints
@@ -518,6 +448,8 @@ class Run:
         learner processes other than rank 0, which write nothing)."""
         if not self.world.is_main:
             return None
+        if self._closed:
+            raise RuntimeError(f"run {self.dir} is closed; it saves nothing more")
         return self.checkpoints.save(step, self.payload(step, *args, **kwargs))
 
     def resume(
@@ -572,20 +504,6 @@ class Run:
         return str(latest) if latest else None
 
 
-def _save_config(cfg: DictConfig, path: Path) -> None:
-    """Write the run's config atomically (a reader never sees half a file) through a temp file
-    of a unique name created anew (never an existing file or link)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(OmegaConf.to_yaml(cfg, resolve=True))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
     """The (observation, action) spaces a checkpoint was trained on. Format 1 checkpoints also
     stored a description dict under the plain keys and the exact JSON under ``*_json``."""
@@ -614,10 +532,16 @@ def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
 
 
 __all__ = [
+    "CONFIG_FILE",
+    "LOCK_FILE",
     "RESUMABLE_KEYS",
+    "RUN_ENTRIES",
     "Run",
+    "RunFolderLock",
+    "default_run_dir",
     "load_checkpoint",
     "payload_spaces",
+    "refuse_links",
     "resume_config",
     "seed_everything",
     "select_device",

@@ -163,12 +163,13 @@ def test_every_target_in_one_vector_env(mixed, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(offline_trainer, "make_env", counting)
     args = ["agent=dt", "dataset=rltrans/cp-mixed-v0", *TINY["dt"], *COMMON, "train_steps=4"]
     args += ["algo.eval_every=2", "algo.eval_episodes=3", "algo.eval_targets=[10,20]"]
-    assert train_main([*args, f"run_dir={tmp_path}", "tensorboard=false"]) == 0
+    run = tmp_path / "run"  # tmp_path holds the dataset: not a folder a run may take
+    assert train_main([*args, f"run_dir={run}", "tensorboard=false"]) == 0
     assert len(calls) == 1 and calls[0]["num_envs"] == 6  # 2 targets x 3 episodes, 2 evaluations
     assert summary_line(capsys.readouterr().out)["eval_episodes_per_target"] == 3
 
     # Env i is conditioned on targets[i // episodes], and each target gets its episodes.
-    model = load_policy(tmp_path).agent
+    model = load_policy(run).agent
     seen = []
     initial_state = model.initial_state
     monkeypatch.setattr(model, "initial_state", lambda n, t: seen.append(t) or initial_state(n, t))

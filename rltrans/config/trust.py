@@ -42,10 +42,11 @@ from rltrans.config.compose import default_config
 from rltrans.config.errors import ConfigError, format_problems
 from rltrans.config.files import config_root, group_options
 from rltrans.config.schema import check_config, keyword_mappings
+from rltrans.fsutil import read_text
 
 MAX_DEPTH = 12  # mappings and lists nested deeper than any shipped config
 MAX_VALUES = 20_000  # values in one config (a shipped one holds about 150)
-MAX_YAML_CHARS = 2**20  # characters of a config.yaml (a saved one holds about 4,000)
+MAX_YAML_BYTES = 2**20  # bytes of a config.yaml (a saved one holds about 4,000)
 # Code an env config may name without the user's say-so: gymnasium's and rltrans's own
 # modules, ale-py's registrations and minigrid's (env=minigrid_memory names its ids).
 TRUSTED_ROOTS = ("gymnasium", "ale_py", "minigrid", "rltrans")
@@ -63,13 +64,10 @@ _GROUPS = ("env", "algo", "runtime", "agent")
 def read_yaml(path: Path) -> Any:
     """A YAML file's data through the safe loader, or ConfigError naming the file."""
     try:
-        text = path.read_text()
+        # A regular file only (a FIFO would block the read forever), of a config's size.
+        text = read_text(path, limit=MAX_YAML_BYTES)
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot be read ({err})") from None
-    if len(text) > MAX_YAML_CHARS:
-        raise ConfigError(
-            f"{path}: {len(text)} characters, more than {MAX_YAML_CHARS}; not an rltrans config"
-        )
+        raise ConfigError(f"{path}: cannot be read ({err}); not an rltrans config") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -20,13 +20,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import os
-import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -34,6 +32,7 @@ from gymnasium.error import DependencyNotInstalled
 from gymnasium.vector import VectorEnv
 from torch import Tensor
 
+from rltrans import fsutil
 from rltrans.accel.threads import ThreadTuner, tuned
 from rltrans.config import ConfigError
 from rltrans.envs import is_torch_env
@@ -283,30 +282,23 @@ class VideoRecorder:
         """Write the GIF (None when nothing was rendered); ``fps`` defaults to the env's
         ``render_fps`` (else 30).
 
-        The GIF goes to a new file beside ``path`` (created exclusively, never through a
-        link) that is then renamed onto ``path``: a rename replaces a symlink at ``path``
-        rather than writing into the file it points to."""
+        The GIF goes to a new file of a unique name (created exclusively) that is then renamed
+        onto ``path``, all through a descriptor of its folder: the folder (created when missing)
+        and ``path`` may not be links, and ``path`` no special file either (UnsafePathError)."""
         from PIL import Image
 
         if not self.frames:
             return None
         fps = fps or self.envs.metadata.get("render_fps") or 30
-        path.parent.mkdir(parents=True, exist_ok=True)
         images = [Image.fromarray(f) for f in self.frames]
-        temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(temp, flags | getattr(os, "O_BINARY", 0), 0o666)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                images[0].save(
-                    f, format="GIF", save_all=True, append_images=images[1:],
-                    duration=max(20, round(1000 / fps)), loop=0,
-                )  # fmt: skip
-            os.replace(temp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
+
+        def fill(f: IO[bytes]) -> None:
+            images[0].save(
+                f, format="GIF", save_all=True, append_images=images[1:],
+                duration=max(20, round(1000 / fps)), loop=0,
+            )  # fmt: skip
+
+        fsutil.write_file(path, fill, folder_link=False)
         return path
 
 

@@ -139,7 +139,9 @@ def logger_and_bar(
     """The TensorBoard logger (events after the checkpoint of an interrupted process hidden)
     and the progress bar (``progress=true``) of a run at ``step`` of ``total``."""
     purge = step + 1 if cfg.resume else None  # events AT its step were logged before it
-    logger = MetricLogger(run.dir, use_tensorboard=cfg.tensorboard and main, purge_step=purge)
+    tensorboard = cfg.tensorboard and main
+    dir_fd = getattr(run, "dir_fd", None)  # the run folder's descriptor: tb/ is reached by it
+    logger = MetricLogger(run.dir, use_tensorboard=tensorboard, purge_step=purge, dir_fd=dir_fd)
     bar = ProgressBar(total, "train", unit, initial=step) if cfg.progress and main else None
     return logger, bar
 
