@@ -53,9 +53,9 @@ def test_evaluate_video_on_the_quickstart_tmaze_writes_the_gif(tmaze_run, capsys
     assert [p.name for p in gif.parent.iterdir()] == ["eval.gif"]  # no temp file left
 
 
-def test_a_symlinked_gif_is_replaced_not_written_through(tmp_path, capsys):
-    """videos/eval.gif linking to a file outside the run: the link is replaced by the GIF
-    and the file it pointed to keeps its content."""
+def test_a_symlinked_gif_is_refused_not_written_through(tmp_path, capsys):
+    """videos/eval.gif linking to a file outside the run: refused before any episode is
+    played (exit 2, one line), and the file it points to keeps its content."""
     env = ["env=gym", f"env.id={renderable.__name__}:rltrans_tests/Blink-v0", "env.num_envs=2"]
     run = train(tmp_path / "run", *env, "agent=mlp", "total_steps=64", "tensorboard=false")
     victim = tmp_path / "victim.txt"
@@ -64,10 +64,11 @@ def test_a_symlinked_gif_is_replaced_not_written_through(tmp_path, capsys):
     (run / "videos" / "eval.gif").symlink_to(victim)
     capsys.readouterr()
     args = [f"checkpoint={run}", "episodes=2", "video=true", "trust_env_code=true", ONE_THREAD]
-    assert evaluate_main(args) == 0
+    assert evaluate_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "eval.gif is a symbolic link" in err, err
     assert victim.read_text() == "precious"
-    gif = run / "videos" / "eval.gif"
-    assert not gif.is_symlink() and gif.read_bytes().startswith(b"GIF")
+    assert (run / "videos" / "eval.gif").is_symlink()  # left as the user made it
 
 
 def test_a_missing_renderer_is_one_error_line_naming_what_to_install(tmp_path, monkeypatch, capsys):

@@ -317,11 +317,11 @@ def test_every_plot_input_passes_or_is_refused(world, capsys, monkeypatch):
 # ----------------------------------------------------------------------------- command lines
 
 BAD_TEXT = ["nan", "inf", "-inf", "???", "abc", "'${oc.env:HOME}'", "[1,2]", "{a: 1}", "1e400"]
-BAD_TEXT += ["99999999999999999999999", "-1", "''", "null", "1.5"]
+BAD_TEXT += ["99999999999999999999999", "-1", "''", "1.5"]  # null: a valid default of several
 TRAIN_KEYS = [
     "agent.dim", "agent.layers", "agent.heads", "agent.memory", "env.num_envs",
     "algo.num_steps", "algo.segment_length", "algo.num_minibatches", "algo.epochs",
-    "seed", "torch_threads", "total_steps", "checkpoint_every", "keep_checkpoints",
+    "seed", "torch_threads", "total_steps",
 ]  # fmt: skip
 # Sizes each valid alone that no machine holds together (or that no process should spawn).
 TOO_BIG = [
