@@ -6,6 +6,7 @@ Every refusal is exit code 2 with one ``error:`` line on stderr and no traceback
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -137,6 +138,25 @@ def test_omegaconfs_missing_mark_is_not_a_value(where, cartpole_run, tmp_path, c
         (run / "config.yaml").write_text(text)
         assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
     assert "env.id='???': a missing value" in refused(capsys)
+
+
+@pytest.mark.parametrize("where", ["env spec", "metadata"])
+def test_dataset_metadata_nested_beyond_json_is_one_error(where, dataset, tmp_path, capsys):
+    path = dataset / "data" / "metadata.json"
+    meta = json.loads(path.read_text())
+    deep = "[" * 5000 + "]" * 5000  # beyond the json parser's recursion
+    if where == "env spec":
+        meta["eval_env_spec"] = meta["eval_env_spec"].replace(
+            '"kwargs": {}', f'"kwargs": {{"x": {deep}}}'
+        )
+        assert deep in meta["eval_env_spec"]
+        path.write_text(json.dumps(meta))
+    else:
+        path.write_text(json.dumps(meta)[:-1] + f', "extra": {deep}}}')
+    run = tmp_path / "run"
+    assert train_main([*DT_TINY, f"run_dir={run}"]) == 2
+    assert "dataset 'rltrans/cp-v0' cannot be read (RecursionError" in refused(capsys)
+    assert not run.exists()
 
 
 @pytest.fixture(scope="module")
