@@ -8,14 +8,11 @@ hanging the suite."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,25 +35,9 @@ from rltrans.plot import main as plot_main
 from rltrans.run_folder import MARKER_FILE
 from rltrans.train import main as train_main
 from tests.cli import TINY_PPO, summary_line
+from tests.hostile import time_limit as no_hang
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@contextlib.contextmanager
-def no_hang(seconds: int = 20) -> Iterator[None]:
-    """Fail the test (instead of hanging it) when the block takes longer than ``seconds``."""
-
-    def expired(*_):
-        # pytest.fail raises a BaseException: no ``except OSError`` in the code can swallow it.
-        pytest.fail(f"blocked for {seconds} s (a FIFO opened for a blocking read?)")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def cli(module: str, *args: str, timeout: int = 60) -> subprocess.CompletedProcess:
