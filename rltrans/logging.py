@@ -115,8 +115,8 @@ class MetricLogger:
 
             self._fds = _open_tb(self.run_dir, dir_fd)
             try:
-                self._writer = SummaryWriter(log_dir=str(self.tb_dir), purge_step=purge_step)
-                _pin_event_file(self._writer, self._fds[1])
+                log_dir = _through_fd(self._fds[1], self.tb_dir)
+                self._writer = SummaryWriter(log_dir=log_dir, purge_step=purge_step)
                 self._check_tb()
             except BaseException:
                 self._close_fds()
@@ -219,24 +219,13 @@ def _open_tb(run_dir: Path, dir_fd: int | None) -> tuple[int, int]:
         raise
 
 
-def _pin_event_file(writer: Any, tb_fd: int) -> None:
-    """Make the SummaryWriter write its event file through ``tb_fd``: TensorBoard's own file
-    object reopens the file by its path at every write, which would follow a link swapped in
-    for ``tb/`` later. Where TensorBoard's internals differ from the ones known here, the
-    writer is left as it is (``tb/`` is then checked at each flush and close)."""
-    try:
-        events = writer.file_writer.event_writer
-        queue_writer = events._async_writer
-        records = queue_writer._writer
-        name = os.path.basename(events._file_name)
-    except AttributeError:
-        return
-    if not hasattr(records, "_writer"):
-        return
-    with queue_writer._lock:
-        queue_writer._byte_queue.join()  # what was queued before is written (by path) first
-        records.flush()
-        records._writer = events._general_file_writer = fsutil.AppendFile(name, dir_fd=tb_fd)
+def _through_fd(tb_fd: int, tb_dir: Path) -> str:
+    """The log_dir to give TensorBoard: the folder ``tb_fd`` holds, named through
+    ``/proc/self/fd`` (Linux), so that every path TensorBoard opens in it resolves through
+    that descriptor: a link swapped in for ``tb/`` later is never followed. Elsewhere the
+    plain path (``tb/`` is then checked at each flush and close)."""
+    own = f"/proc/self/fd/{tb_fd}"
+    return own if os.path.isdir(own) else str(tb_dir)
 
 
 # ----------------------------------------------------------------------------- episodes
