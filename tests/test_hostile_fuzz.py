@@ -60,8 +60,9 @@ HOSTILE = VALUES | st.builds(nested, st.sampled_from([40, 700]))  # a fresh tree
 def check_answer(code: int, err: str) -> None:
     """Passed, or refused with one error line; never anything else."""
     assert code in (0, 2), err
-    if code == 2:
-        assert err.startswith("error: "), err
+    if code == 2:  # notices (a rounded budget, the compile choice) may come before it
+        lines = err.strip().splitlines()
+        assert lines[-1].startswith("error: ") or err.startswith("error: "), err
     assert "Traceback" not in err, err
 
 
@@ -113,7 +114,7 @@ def world(tmp_path_factory):
     assert train_main([*args, f"run_dir={impala}"]) == 0
     dt_args = ["dataset=rltrans/hf-v0", "train_steps=2", "agent.dim=16", "agent.layers=1"]
     dt_args += ["algo.batch_size=4", "progress=false", "algo.eval_episodes=1"]
-    dt_args += ["algo.eval_num_targets=1", "tensorboard=false"]
+    dt_args += ["algo.eval_num_targets=1", "tensorboard=false", "algo.eval_max_steps=500"]
     dt_args = ["agent=dt", "agent.context=4", *dt_args]
     assert train_main([*dt_args, f"run_dir={root / 'dt'}"]) == 0
     bc_args = ["agent=bc", "agent.history=4", *dt_args[2:]]

@@ -281,3 +281,12 @@ def test_a_dotted_key_in_config_yaml_is_an_edit(cartpole_run, tmp_path, capsys):
     (run / "config.yaml").write_text(yaml.safe_dump(saved))
     assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
     assert "algo.gamma: given twice" in refused(capsys)
+
+
+def test_an_offline_evaluation_that_does_not_end_is_one_error(dataset, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train_main([*DT_TINY, f"run_dir={run}", "algo.eval_max_steps=1"]) == 2
+    err = capsys.readouterr().err  # notices may come first: the error is the last line
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "Traceback" not in err, err
+    assert "exceeded max_steps=1" in last and "algo.eval_max_steps" in last

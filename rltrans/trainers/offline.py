@@ -40,6 +40,7 @@ from rltrans.envs.offline import (
 from rltrans.learners import Learner, NonFiniteLossError
 from rltrans.registry import agent_entry, build_agent
 from rltrans.run import Run
+from rltrans.runtime.episodes import MaxStepsError
 from rltrans.runtime.evaluation import TargetResult, evaluate_targets
 from rltrans.spaces import check_same_spaces
 from rltrans.trainers.common import EVAL_SEED_OFFSET, TrainerState, logger_and_bar, speed
@@ -278,11 +279,17 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
     def evaluate_and_save() -> list[TargetResult]:
         found = []
         if envs is not None:
-            found = evaluate_targets(
-                agent, envs, targets, algo.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET,
-                device=device, deterministic=algo.eval_deterministic,
-                max_steps=algo.eval_max_steps,
-            )  # fmt: skip
+            try:
+                found = evaluate_targets(
+                    agent, envs, targets, algo.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET,
+                    device=device, deterministic=algo.eval_deterministic,
+                    max_steps=algo.eval_max_steps,
+                )  # fmt: skip
+            except MaxStepsError as err:  # an env whose episodes never end (no time limit)
+                raise ConfigError(
+                    f"{err} (algo.eval_max_steps): the evaluation env's episodes do not end; "
+                    f"give it a time limit or raise algo.eval_max_steps"
+                ) from None
             logger.log(step, eval_metrics(found))
         save()
         return found
