@@ -61,8 +61,8 @@ def check_answer(code: int, err: str) -> None:
     """Passed, or refused with one error line; never anything else."""
     assert code in (0, 2), err
     if code == 2:  # notices (a rounded budget, the compile choice) may come before it
-        lines = err.strip().splitlines()
-        assert lines[-1].startswith("error: ") or err.startswith("error: "), err
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, err
     assert "Traceback" not in err, err
 
 
