@@ -90,6 +90,17 @@ class DTOutput(NamedTuple):
 # ------------------------------------------------------------------------ shared machinery
 
 
+def _check_statistics(module: nn.Module, incompatible: Any) -> None:
+    """Refuse loaded dataset statistics a model cannot divide by: a ``state_std`` or
+    ``return_scale`` that is not a positive finite number (ValueError naming the buffer)."""
+    for name in ("state_std", "return_scale"):
+        value = getattr(module, name)
+        if not bool(torch.isfinite(value).all() and (value > 0).all()):
+            raise ValueError(
+                f"{name} must be positive and finite, got {value.flatten()[:4].tolist()}"
+            )
+
+
 class ContextPolicy(nn.Module):
     """What DT and BC share: stats buffers, action codec, loss and the K-step acting context.
 
@@ -126,6 +137,9 @@ class ContextPolicy(nn.Module):
         self.register_buffer("return_scale", torch.ones(()))
         if stats is not None:
             self.load_stats(stats)
+        # Statistics read back from a file divide every input: a zero or non-finite one turns
+        # every action into NaN, so it is refused as the state dict loads.
+        self.register_load_state_dict_post_hook(_check_statistics)
 
     @property
     def device(self) -> torch.device:

@@ -183,7 +183,7 @@ def agent_from_checkpoint(
         raise CheckpointError(f"{source}: its config builds no agent ({err})") from None
     try:
         agent.load_state_dict(state_dict)
-    except (RuntimeError, TypeError, AttributeError) as err:
+    except (RuntimeError, TypeError, AttributeError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{source}: its weights do not fit its config ({first})") from None
     return agent.to(device).eval(), entry

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 import tests.test_trust as trust_tests
@@ -290,3 +291,19 @@ def test_an_offline_evaluation_that_does_not_end_is_one_error(dataset, tmp_path,
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: ") and "Traceback" not in err, err
     assert "exceeded max_steps=1" in last and "algo.eval_max_steps" in last
+
+
+@pytest.mark.parametrize("name", ["return_scale", "state_std"])
+@pytest.mark.parametrize("value", [0.0, float("nan"), -1.0])
+def test_dataset_statistics_a_dt_cannot_divide_by_are_refused(
+    name, value, dt_run, tmp_path, capsys
+):
+    run = copy_run(dt_run, tmp_path / "run")
+
+    def edit(payload):
+        payload["model"][name] = torch.full_like(payload["model"][name], value)
+
+    edit_checkpoint(run / "checkpoints" / "last.pt", edit)
+    assert evaluate_main([f"checkpoint={run}", "episodes=1"]) == 2
+    err = refused(capsys)
+    assert name in err and ("positive and finite" in err or "non-finite" in err), err
