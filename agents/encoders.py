@@ -9,8 +9,8 @@ Box, image (see below)        :class:`ImageEncoder`: Nature-CNN (Mnih et al. 201
                               CNN when the image is smaller than Nature-CNN's 36x36 minimum
 Box, other                    :class:`MLPEncoder`: flatten -> Linear -> act -> Linear
 MultiBinary                   :class:`MLPEncoder` on the 0/1 vector as floats
-Discrete                      :class:`DiscreteEncoder`: ``nn.Embedding(n, D)``
-MultiDiscrete                 :class:`MultiDiscreteEncoder`: one embedding per dim, summed
+Discrete                      :class:`DiscreteEncoder`: the one-hot's MLP, run as a lookup
+MultiDiscrete                 :class:`MultiDiscreteEncoder`: the one-hots' MLP, as K lookups
 Dict / Tuple, ``per_key``     :class:`ContainerEncoder`: one encoder per entry, concat, act, Linear
 Dict / Tuple, ``flatten``     :class:`FlattenEncoder`: ``gymnasium.spaces.flatten`` layout -> MLP
 ============================  ===============================================================
@@ -177,27 +177,31 @@ class ImageEncoder(nn.Module):
 
 
 class DiscreteEncoder(nn.Module):
-    """``nn.Embedding(n, out_dim)`` of ``x - start``."""
+    """A Discrete observation as :class:`MLPEncoder` sees its one-hot: Linear -> act ->
+    Linear, with the same initialisation. The first Linear on a one-hot picks one column of
+    its weight, so it runs as that lookup (O(hidden) per step, not an n x hidden matmul).
+    A bare ``nn.Embedding`` (N(0, 1) rows, no nonlinearity) left PPO memory agents at chance
+    where the one-hot MLP learned."""
 
-    def __init__(self, space: spaces.Discrete, out_dim: int):
+    def __init__(self, space: spaces.Discrete, out_dim: int, hidden_dim: int, act: Activation):
         super().__init__()
         self.start = int(space.start)
-        self.embed = nn.Embedding(int(space.n), out_dim)
+        self.net = mlp(int(space.n), hidden_dim, out_dim, act)  # as on the one-hot
         self.out_dim = out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(...) integer -> (..., out_dim)."""
-        return self.embed(x.long() - self.start)
+        first = self.net[0]
+        hidden = first.weight.t()[x.long() - self.start] + first.bias  # (..., hidden)
+        return self.net[2](self.net[1](hidden))
 
 
 class MultiDiscreteEncoder(nn.Module):
-    """One embedding table per dim (stored as one table with offsets), summed over dims.
+    """A MultiDiscrete observation as :class:`MLPEncoder` sees its concatenated one-hots:
+    Linear -> act -> Linear. The first Linear on K one-hots is the sum of K columns of its
+    weight (one per dim, at the dim's offset), so it runs as K lookups."""
 
-    Summing per-dim embeddings equals a Linear layer on the concatenated one-hots, at the cost of
-    K lookups instead of a (sum nvec)-wide matmul.
-    """
-
-    def __init__(self, space: spaces.MultiDiscrete, out_dim: int):
+    def __init__(self, space: spaces.MultiDiscrete, out_dim: int, hidden_dim: int, act: Activation):
         super().__init__()
         nvec = space.nvec.reshape(-1).astype(np.int64)
         self.event_ndim = space.nvec.ndim
@@ -206,14 +210,16 @@ class MultiDiscreteEncoder(nn.Module):
         self.register_buffer(
             "start", torch.as_tensor(space.start.reshape(-1).astype(np.int64)), persistent=False
         )
-        self.embed = nn.Embedding(int(nvec.sum()), out_dim)
+        self.net = mlp(int(nvec.sum()), hidden_dim, out_dim, act)  # as on the one-hots
         self.out_dim = out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., *nvec.shape) integer -> (..., out_dim)."""
         lead = x.shape[: x.ndim - self.event_ndim]
         idx = x.reshape(*lead, -1).long() - self.start + self.offsets  # (..., K)
-        return self.embed(idx).sum(dim=-2)
+        first = self.net[0]
+        hidden = first.weight.t()[idx].sum(dim=-2) + first.bias  # (..., hidden)
+        return self.net[2](self.net[1](hidden))
 
 
 def flatten_obs(x: TensorTree, space: spaces.Space) -> torch.Tensor:
@@ -327,9 +333,9 @@ def build_encoder(
         }
         return ContainerEncoder(space, subs, out_dim, activation)
     if isinstance(space, spaces.Discrete):
-        return DiscreteEncoder(space, out_dim)
+        return DiscreteEncoder(space, out_dim, hidden_dim, activation)
     if isinstance(space, spaces.MultiDiscrete):
-        return MultiDiscreteEncoder(space, out_dim)
+        return MultiDiscreteEncoder(space, out_dim, hidden_dim, activation)
     if isinstance(space, spaces.MultiBinary):
         return MLPEncoder(tuple(space.shape), out_dim, hidden_dim, activation)
     layout = image_layout(space, channels)

@@ -180,17 +180,33 @@ def test_nature_cnn_architecture() -> None:
     assert enc.head[1].in_features == 64 * 7 * 7 and enc.head[1].out_features == 512
 
 
-def test_discrete_and_multidiscrete_embeddings_subtract_start() -> None:
-    disc = build_encoder(spaces.Discrete(5, start=-2), D)
-    x = torch.tensor([-2, 0, 2])
-    torch.testing.assert_close(disc(x), disc.embed.weight[x + 2])
+@pytest.mark.parametrize("act", ["relu", "tanh"])
+def test_discrete_encoders_equal_the_mlp_on_one_hots(act) -> None:
+    """The lookup paths compute exactly MLPEncoder's Linear -> act -> Linear on the one-hot
+    (Discrete) or the concatenated one-hots (MultiDiscrete), start values subtracted."""
+    disc = build_encoder(spaces.Discrete(5, start=-2), D, activation=act)
+    x = torch.tensor([[-2, 0], [2, 1]])  # (B, L)
+    one_hot = torch.nn.functional.one_hot(x + 2, 5).float()  # (B, L, 5)
+    torch.testing.assert_close(disc(x), disc.net(one_hot))
 
     md_space = spaces.MultiDiscrete([3, 5, 2], start=[1, 0, 4])
-    md = build_encoder(md_space, D)
+    md = build_encoder(md_space, D, activation=act)
     a = torch.tensor([[1, 4, 5], [3, 0, 4]])
-    w = md.embed.weight  # rows: dim 0 -> 0..2, dim 1 -> 3..7, dim 2 -> 8..9
-    expected = torch.stack([w[a[:, 0] - 1], w[3 + a[:, 1]], w[8 + a[:, 2] - 4]]).sum(0)
-    torch.testing.assert_close(md(a), expected)
+    hots = [torch.nn.functional.one_hot(a[:, i] - s, n) for i, (s, n) in enumerate(
+        zip([1, 0, 4], [3, 5, 2], strict=True))]  # fmt: skip
+    torch.testing.assert_close(md(a), md.net(torch.cat(hots, dim=-1).float()))
+
+
+def test_a_discrete_encoder_starts_as_the_one_hot_mlp_does() -> None:
+    """Same initialisation as MLPEncoder on a Box of n values: orthogonal with gain sqrt(2),
+    zero bias (a bare nn.Embedding drew N(0, 1) rows and had no nonlinearity)."""
+    torch.manual_seed(0)
+    disc = build_encoder(spaces.Discrete(16), 64, hidden_dim=32)
+    torch.manual_seed(0)
+    box = build_encoder(spaces.Box(0, 1, (16,), np.float32), 64, hidden_dim=32)
+    assert isinstance(box, MLPEncoder)
+    for mine, theirs in zip(disc.state_dict().values(), box.state_dict().values(), strict=True):
+        torch.testing.assert_close(mine, theirs)
 
 
 @pytest.mark.parametrize("name", ["dict", "tuple", "multidiscrete_2d"])
