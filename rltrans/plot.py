@@ -48,6 +48,7 @@ import numpy as np
 
 from rltrans import fsutil
 from rltrans.config import ConfigError, read_yaml
+from rltrans.config.errors import first_line
 from rltrans.config.spec import format_value
 from rltrans.logging import print_summary
 
@@ -159,7 +160,7 @@ def read_curve(run: Path, tag: str, x: str) -> Curve:
         with _quiet("tensorboard"):
             events = EventAccumulator(str(tb), size_guidance=keep).Reload()
     except Exception as err:  # TensorBoard's readers raise many types on damaged files
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        first = first_line(err, 200)
         raise PlotError(
             f"{tb}: the events cannot be read ({type(err).__name__}: {first})"
         ) from None

@@ -51,6 +51,7 @@ from rltrans.config import (
     refuse_env_code,
     to_container,
 )
+from rltrans.config.errors import first_line
 from rltrans.distributed import World
 from rltrans.run_folder import (
     CONFIG_FILE,
@@ -134,7 +135,7 @@ def building(what: str) -> Iterator[None]:
     except ConfigError:
         raise
     except (ValueError, TypeError, ImportError, KeyError, gym.error.Error) as err:
-        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        text = first_line(err)
         raise ConfigError(f"{what}: {text}") from None
 
 
@@ -156,7 +157,7 @@ def restoring(source: str) -> Iterator[None]:
         AttributeError,
         OverflowError,
     ) as err:
-        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        text = first_line(err)
         raise CheckpointError(f"{source}: its saved state does not load ({text})") from None
 
 

@@ -12,3 +12,10 @@ def format_problems(problems: list[str]) -> str:
     if len(problems) == 1:
         return problems[0]
     return f"{len(problems)} config problems:\n  " + "\n  ".join(problems)
+
+
+def first_line(err: BaseException, limit: int = 300) -> str:
+    """An exception's first line of text (its type's name when it has none), at most
+    ``limit`` characters: what one ``error:`` line quotes of a library's error."""
+    text = str(err).strip()
+    return text.splitlines()[0][:limit] if text else type(err).__name__

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from rltrans.accel import Accel
 from rltrans.buffers.trajectory import TrajectoryBuffer
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
+from rltrans.config.errors import first_line
 from rltrans.config.resources import check_resources, wrapper_problems
 from rltrans.config.schema import MAX_LENGTH, MAX_SPACE_SIZE, MAX_STEPS
 from rltrans.envs import make_env
@@ -187,7 +188,7 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
     except Exception as err:  # bad bytes of any kind in the user's files
         # A dataset is read from files like a checkpoint: whatever its readers (json, h5py,
         # gzip, NumPy) raise on malformed or hostile bytes is one error line naming it.
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        first = first_line(err)
         raise ConfigError(
             f"dataset {str(cfg.dataset)!r} cannot be read ({type(err).__name__}: {first})"
         ) from None
