@@ -27,6 +27,9 @@ repeat_previous, the sequence length for autoencode. The default agents' window 
     python benchmarks/memory_suite.py --popgym medium --tasks repeat_first count_recall \
         autoencode --agents gtrxl_fit gru_fit --steps 2000000 --task-steps repeat_first=1000000
 
+``--suite popgym`` runs POPGym's own envs by Gymnasium id instead (benchmarks/popgym_suite.py:
+its options follow it, e.g. ``--suite popgym --quick``).
+
 ``--popgym easy|medium|hard`` runs each task at POPGym's preset of that level, every setting
 of it (count_recall's medium also counts 4 symbols, not 2), in place of ``--lengths``.
 """
@@ -40,9 +43,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -178,7 +184,7 @@ RUNNER = (
 )
 
 
-def _summaries(out: str) -> list[dict]:
+def summaries(out: str) -> list[dict]:
     """The JSON summary lines of a run's output: train's, then evaluate's."""
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
@@ -236,10 +242,10 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
     done_run = subprocess.run(
         [sys.executable, "-c", RUNNER, argv], capture_output=True, text=True, env=env
     )
-    summaries = _summaries(done_run.stdout)
-    if done_run.returncode != 0 or len(summaries) != 2:
+    lines = summaries(done_run.stdout)
+    if done_run.returncode != 0 or len(lines) != 2:
         raise RuntimeError(f"{run.name}: exited {done_run.returncode}:\n{done_run.stderr[-2000:]}")
-    trained, scored = summaries
+    trained, scored = lines
     result = Result(
         task,
         length,
@@ -252,6 +258,23 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
     )
     done.write_text(json.dumps(asdict(result)))
     return result
+
+
+def run_grid(jobs: int, runs: dict[str, Callable[[], Any]], line: Callable[[Any], str]) -> list:
+    """Each named run's result, ``jobs`` at a time (each run starts its own process), with a
+    progress line per finished run; the first failure stops the grid and is raised."""
+    start, results = time.monotonic(), []
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {pool.submit(call): name for name, call in runs.items()}
+        for n, future in enumerate(as_completed(futures), 1):
+            if future.exception() is not None:  # stop at the first failure, not after the grid
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise future.exception()
+            results.append(future.result())
+            minutes = (time.monotonic() - start) / 60
+            print(f"[{n}/{len(runs)} {minutes:.1f} min] {futures[future]}: {line(results[-1])}")
+            sys.stdout.flush()
+    return results
 
 
 def budget(task: str, args: argparse.Namespace) -> int:
@@ -388,6 +411,14 @@ def draw(results: list[Result], grid: list[tuple[str, int]], agents: list[str], 
 
 def main() -> None:
     """Run the grid (in parallel, resumably), print the table, write the pictures."""
+    suite = argparse.ArgumentParser(add_help=False)
+    suite.add_argument("--suite", choices=("torch", "popgym"), default="torch")
+    chosen, rest = suite.parse_known_args()
+    if chosen.suite == "popgym":  # POPGym's own envs by Gymnasium id: popgym_suite.py
+        import popgym_suite
+
+        popgym_suite.main(rest)
+        return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the < 30 min preset for 2 cores")
     p.add_argument("--tasks", nargs="+", choices=list(TASKS))
@@ -433,21 +464,12 @@ def main() -> None:
         f"steps ({', '.join(args.tasks)}) in {out}, {args.jobs} at a time",
         flush=True,
     )
-    start, results = time.monotonic(), []
-    with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own process
-        futures = {pool.submit(one_run, *cell, args): cell for cell in grid}
-        for n, future in enumerate(as_completed(futures), 1):
-            if future.exception() is not None:  # stop at the first failure, not after the grid
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise future.exception()
-            result = future.result()
-            results.append(result)
-            minutes = (time.monotonic() - start) / 60
-            print(
-                f"[{n}/{len(grid)} {minutes:.1f} min] {run_name(*futures[future], args.popgym)}: "
-                f"eval {result.eval_return:.2f}, {result.sps:,.0f} SPS",
-                flush=True,
-            )
+    start = time.monotonic()
+    results = run_grid(
+        args.jobs,
+        {run_name(*cell, args.popgym): partial(one_run, *cell, args) for cell in grid},
+        lambda r: f"eval {r.eval_return:.2f}, {r.sps:,.0f} SPS",
+    )
     text = table(results, tasks_lengths, args.agents, {t: budget(t, args) for t in args.tasks})
     print(text)
     (out / "table.md").write_text(text + "\n")

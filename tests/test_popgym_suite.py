@@ -1,0 +1,117 @@
+"""benchmarks/memory_suite.py --suite popgym on a tiny grid of POPGym's own envs: the table, the
+level summary, both pictures, chance, the twins, and a second call that trains nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("popgym")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "memory_suite.py"
+
+
+def load_suite():
+    """benchmarks/popgym_suite.py as a module (its folder on sys.path, as a script has it)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "popgym_suite", SCRIPT.parent / "popgym_suite.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def run_suite(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    args = ["--suite", "popgym", "--levels", "easy", "--envs", "RepeatFirst", "MultiarmedBandit"]
+    args += ["--agents", "gru", "--seeds", "1", "--steps", "1024", "--num-envs", "4"]
+    args += ["--eval-every", "1", "--jobs", "2", "--out", str(out), *extra]
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_the_popgym_suite_scores_each_env_by_its_gymnasium_id_and_reuses_finished_runs(tmp_path):
+    out = tmp_path / "suite"
+    first = run_suite(out, "--twins", "--env-steps", "RepeatFirstEasy=2048")
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    cells = {(r["env"], r["kind"]) for r in results}
+    # RepeatFirst has a torch-native twin, the bandit has none
+    assert cells == {
+        ("RepeatFirst", "popgym"),
+        ("RepeatFirst", "twin"),
+        ("MultiarmedBandit", "popgym"),
+    }
+    for r in results:
+        assert r["score"] == pytest.approx((r["eval_return"] + 1) / 2)
+        config = (Path(r["run_dir"]) / "config.yaml").read_text()
+        if r["kind"] == "popgym":  # the user's path: the Gymnasium id, the agent's defaults
+            assert f"id: popgym:popgym-{r['env']}Easy-v0\n" in config
+        else:
+            assert "name: repeat_first\n" in config
+        budget = 2048 if r["env"] == "RepeatFirst" else 1024
+        assert f"total_steps: {budget}\n" in config
+    chance = json.loads((out / "chance.json").read_text())
+    assert set(chance) == {
+        "popgym:popgym-RepeatFirstEasy-v0",
+        "popgym:popgym-MultiarmedBanditEasy-v0",
+    }
+    # a random answer among 4 cards is right a quarter of the time: return -0.5, score 0.25
+    assert chance["popgym:popgym-RepeatFirstEasy-v0"] == pytest.approx(0.25, abs=0.05)
+    table = (out / "table.md").read_text()
+    assert "| RepeatFirstEasy (twin) | gru | 2,048 |" in table
+    assert "| MultiarmedBanditEasy | gru | 1,024 |" in table
+    level = next(line for line in table.splitlines() if line.startswith("| easy |"))
+    popgym_scores = [r["score"] for r in results if r["kind"] == "popgym"]
+    assert level.split(" | ")[1:3] == ["2", f"{sum(popgym_scores) / 2:.3f}"]
+    for picture in ("bars.png", "curves.png"):
+        assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/checkpoints/last.pt")}
+    again = run_suite(out, "--twins", "--env-steps", "RepeatFirstEasy=2048")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/checkpoints/last.pt")} == stamps
+
+
+def test_the_popgym_suite_names_what_it_refuses(tmp_path):
+    bad_env = run_suite(tmp_path / "a", "--envs", "RepeatFirst", "Tetris")
+    assert bad_env.returncode == 2
+    assert "--envs Tetris: popgym registers" in bad_env.stderr and "CountRecall" in bad_env.stderr
+    bad_steps = run_suite(tmp_path / "b", "--env-steps", "RepeatFirstHard=10")
+    assert bad_steps.returncode == 2
+    assert "--env-steps 'RepeatFirstHard=10'" in bad_steps.stderr
+    assert "RepeatFirstEasy" in bad_steps.stderr
+
+
+def test_scores_map_each_envs_return_range_onto_zero_to_one():
+    suite = load_suite()
+    assert suite.score("RepeatFirst", -1.0) == 0.0 and suite.score("RepeatFirst", 1.0) == 1.0
+    assert suite.score("CountRecall", 0.0) == 0.5
+    # the cart-poles pay only for surviving steps: their returns lie in [0, 1]
+    assert suite.score("PositionOnlyCartPole", 0.5) == 0.5
+    assert suite.score("VelocityOnlyCartpole", 1.0) == 1.0
+
+
+def test_every_registered_popgym_env_is_in_the_suite_at_each_level():
+    suite = load_suite()
+    envs = suite.popgym_envs()
+    names = {name for name, _ in envs}
+    assert {"RepeatFirst", "CountRecall", "Autoencode", "MineSweeper"} <= names
+    assert all((name, level) in envs for name in names for level in suite.LEVELS)
+    assert envs[("RepeatFirst", "medium")] == "popgym:popgym-RepeatFirstMedium-v0"
+    assert set(suite.TWINS) <= names
