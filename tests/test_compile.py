@@ -404,7 +404,7 @@ def test_the_compile_switch_swaps_the_acting_policy_from_outside_the_agent():
 
 LONG_OPTIONS = {
     "delta": ["agent.long_memory=delta"],
-    "additive": ["agent.long_memory=additive"],
+    "mixed": ["agent.long_memory=mixed"],
     "compressive": [
         "agent.long_memory=compressive",
         "agent.compressed_slots=2",
@@ -416,10 +416,10 @@ LONG_OPTIONS = {
 
 @pytest.mark.parametrize("kind", list(LONG_OPTIONS))
 def test_the_long_memories_compile_to_the_eager_acting_step_and_update(kind):
-    """The delta and sum rules', the compressive memory's and the adaptive span's acting step
-    (AOTInductor) and training segment (a triangular solve; masked slot attention; a soft
-    mask over the whole window, where eager cuts it to the spans' reach) under torch.compile
-    give what eager gives."""
+    """The delta rule, the mixed one (delta and sum rules by head), the compressive memory
+    and the adaptive span: their acting step (AOTInductor) and training segment (a
+    triangular solve; masked slot attention; a soft mask over the whole window, where eager
+    cuts it to the spans' reach) under torch.compile give what eager gives."""
     cfg = load_config([*TINY, "agent.layers=2", *LONG_OPTIONS[kind]])
     envs = make_env(cfg.env, seed=0)
     torch.manual_seed(0)

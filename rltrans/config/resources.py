@@ -40,7 +40,7 @@ ACTOR_PROCESS_BYTES = 256 * 2**20
 # (rltrans.run.Run.whole_updates).
 LONG_UPDATE = 2**16
 STACKS = ("gtrxl", "trxl", "trxl_i", "universal")
-MATRIX_MEMORIES = ("linear", "delta", "additive")
+MATRIX_MEMORIES = ("linear", "delta", "additive", "mixed")
 SEQUENCE_ENVS = ("autoencode",)  # torch envs that keep a per-env sequence of env.kwargs.length
 
 Parts = dict[str, tuple[float, str]]

@@ -46,6 +46,10 @@ the window has forgotten. Kinds are chosen by name (``BlockConfig.long_memory``)
   and an overwriting one (``delta``: saturates at one writing) can only approximate. The read
   is as large as the writings that match q (up to 1 / (1 - gamma) of them), so it suits tasks
   that aggregate over an episode; ``delta`` keeps single cues better across long corridors.
+* ``mixed``: both rules in one state, a head each: odd heads write by the delta rule, even
+  heads by the sum rule (with H heads the time scales alternate between them, so each rule
+  has a fast and a slow head). One memory for an env that does not say whether it asks for
+  single cues held across long stretches or for counts.
 * ``compressive`` (Rae et al. 2020, "Compressive Transformers"): every block of c consecutive
   steps of an episode (c = ``compression_rate``) is compressed by a 1-D convolution of kernel
   and stride c into one slot, and the newest Mc slots (``compressed_slots``) are kept: reach
@@ -76,7 +80,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-LongMemoryName = Literal["none", "linear", "delta", "additive", "compressive"]
+LongMemoryName = Literal["none", "linear", "delta", "additive", "mixed", "compressive"]
 LONG_MEMORIES: tuple[str, ...] = get_args(LongMemoryName)
 EPS = 1e-6  # keeps the normaliser away from 0 (q . z > 0 always: phi > 0, beta > 0)
 FIRST_SCALE, SCALE_STEP = 16.0, 8.0  # head h forgets over ~16 * 8^h steps at initialisation
@@ -184,6 +188,13 @@ class LinearMemory(nn.Module):
         q_t^T S_t (B, H, L, e) and the state after the segment (B, H, d, e)."""
         b, _, length, _ = q.shape
         decay, carry = self._decay(starts, b, length, q.dtype, q.device)
+        return self._sums(q, k, v, beta, S0, decay, carry)
+
+    @staticmethod
+    def _sums(
+        q: Tensor, k: Tensor, v: Tensor, beta: Tensor, S0: Tensor, decay: Tensor, carry: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The sum rule given the segment's decay and carry (:meth:`_decay`)."""
         weights = decay * beta[:, :, None, :]  # (B, H, L, L): gamma^(t-s) beta_s
         reads = carry * (q @ S0) + ((q @ k.transpose(-1, -2)) * weights) @ v
         last = weights[:, :, -1].unsqueeze(-1)  # (B, H, L, 1): each step's weight at the end
@@ -221,19 +232,31 @@ class DeltaMemory(LinearMemory):
         b, length, _ = x.shape
         q, k, v, beta = self._project(x)  # (B, L, H, d) x3, (B, L, H)
         q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # heads first
-        dtype = q.dtype
-        S0 = state.S.to(dtype)
-        decay, carry = self._decay(starts, b, length, dtype, x.device)
+        decay, carry = self._decay(starts, b, length, q.dtype, x.device)
+        read, S = self._delta_rule(q, k, v, beta, state.S.to(q.dtype), decay, carry)
+        new = LinearState(S.to(state.S.dtype), state.z)  # z stays zero: unused by delta
+        return self.out(read.transpose(1, 2).flatten(-2).to(x.dtype)), new
+
+    @staticmethod
+    def _delta_rule(
+        q: Tensor, k: Tensor, v: Tensor, beta: Tensor, S0: Tensor, decay: Tensor, carry: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The delta rule over a segment, heads first: q, k, v (B, H, L, d), beta (B, H, L),
+        S0 (B, H, d, d), decay and carry as :meth:`_decay` gives them. Returns the reads
+        (B, H, L, d) and the state after the segment."""
+        length = q.shape[2]
         # u_t + beta_t sum_{s<t} decay[t,s] (k_t . k_s) u_s = beta_t (v_t - carry_t S0^T k_t)
         known = torch.tril(decay * (k @ k.transpose(-1, -2)), diagonal=-1)  # (B, H, L, L)
-        system = torch.eye(length, dtype=dtype, device=x.device) + beta.unsqueeze(-1) * known
+        system = torch.eye(length, dtype=q.dtype, device=q.device) + beta.unsqueeze(-1) * known
         rhs = beta.unsqueeze(-1) * (v - carry * (k @ S0))  # (B, H, L, d)
         u = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
         read = carry * (q @ S0) + (decay * (q @ k.transpose(-1, -2))) @ u  # (B, H, L, d)
         last = decay[:, :, -1].unsqueeze(-1)  # (B, H, L, 1): each step's weight at the end
-        S = carry[:, :, -1:] * S0 + (k * last).transpose(-1, -2) @ u
-        new = LinearState(S.to(state.S.dtype), state.z)  # z stays zero: unused by delta
-        return self.out(read.transpose(1, 2).flatten(-2).to(x.dtype)), new
+        return read, carry[:, :, -1:] * S0 + (k * last).transpose(-1, -2) @ u
+
+    def _overwrites(self, like: Tensor) -> Tensor | float:
+        """Where a head subtracts what it recalls (1: every head; the mixed kind: some)."""
+        return 1.0
 
     def step(self, x: Tensor, state: LinearState) -> tuple[Tensor, LinearState]:
         """One acting step x (N, D) after ``state`` (N, ...) (reset by the caller where an
@@ -242,7 +265,7 @@ class DeltaMemory(LinearMemory):
         gamma = self.gamma().to(q.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
         S = gamma * state.S.to(q.dtype)
         recalled = (k.unsqueeze(-2) @ S).squeeze(-2)  # (N, H, d) = (gamma S_{t-1})^T k_t
-        u = beta.unsqueeze(-1) * (v - recalled)
+        u = beta.unsqueeze(-1) * (v - self._overwrites(q) * recalled)
         S = S + k.unsqueeze(-1) * u.unsqueeze(-2)
         read = (q.unsqueeze(-2) @ S).squeeze(-2)  # (N, H, d)
         return self.out(read.flatten(-2).to(x.dtype)), LinearState(S.to(state.S.dtype), state.z)
@@ -428,10 +451,59 @@ class CompressiveMemory(nn.Module):
 
 LongState = LinearState | CompressiveState  # one layer's state of any long-memory kind
 
+
+class MixedMemory(DeltaMemory):
+    """The ``mixed`` long memory of one block: odd heads write by the delta rule (they
+    overwrite), even heads by the sum rule (they count); see the module docstring."""
+
+    def __init__(self, dim: int, heads: int, longest: float | None = None) -> None:
+        if heads < 2:
+            raise ValueError(f"long_memory='mixed' needs heads >= 2 (one per rule), got {heads}")
+        super().__init__(dim, heads, longest)
+        heads_ = torch.arange(heads)
+        # odd heads overwrite: the slower of each pair of time scales holds single cues longest
+        self.register_buffer("order", torch.cat([heads_[1::2], heads_[::2]]), persistent=False)
+        self.register_buffer("inverse", torch.argsort(self.order), persistent=False)
+        self.overwriting = heads // 2
+
+    def _split(self, *tensors: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """Each (B, H, ...) tensor's delta heads and sum heads."""
+        o = self.overwriting
+        ordered = [t.index_select(1, self.order) for t in tensors]
+        return [t[:, :o] for t in ordered], [t[:, o:] for t in ordered]
+
+    def _join(self, delta: Tensor, sums: Tensor) -> Tensor:
+        """The heads back in their order, from the delta heads' and the sum heads' parts."""
+        return torch.cat([delta, sums], dim=1).index_select(1, self.inverse)
+
+    def forward(
+        self, x: Tensor, state: LinearState, starts: Tensor | None = None
+    ) -> tuple[Tensor, LinearState]:
+        """A segment x (B, L, D) after ``state`` (B, ...); starts (B, L) bool marks episode
+        starts. Returns the read-out (B, L, D) and the state after the segment."""
+        b, length, _ = x.shape
+        q, k, v, beta = self._project(x)  # (B, L, H, d) x3, (B, L, H), unit q and k
+        q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # heads first
+        decay, carry = self._decay(starts, b, length, q.dtype, x.device)
+        delta, sums = self._split(q, k, v, beta, state.S.to(q.dtype), decay, carry)
+        read_d, S_d = self._delta_rule(*delta)
+        read_s, S_s = self._sums(*sums)
+        read, S = self._join(read_d, read_s), self._join(S_d, S_s)
+        new = LinearState(S.to(state.S.dtype), state.z)  # z stays zero: nothing normalises
+        return self.out(read.transpose(1, 2).flatten(-2).to(x.dtype)), new
+
+    def _overwrites(self, like: Tensor) -> Tensor:
+        """Per head (1, H, 1): 1 where it writes by the delta rule, 0 where by the sum rule."""
+        overwrites = torch.zeros(1, self.heads, 1, dtype=like.dtype, device=like.device)
+        overwrites[:, 1::2] = 1.0
+        return overwrites
+
+
 MODULES: dict[str, type[nn.Module]] = {
     "linear": LinearMemory,
     "delta": DeltaMemory,
     "additive": AdditiveMemory,
+    "mixed": MixedMemory,
     "compressive": CompressiveMemory,
 }
 # the kinds with a learned retention per head, whose time scales ``longest`` sets

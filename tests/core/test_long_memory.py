@@ -1,5 +1,5 @@
-"""The long memories (linear, delta, additive, compressive): their papers' equations, and the stack
-invariants with each on."""
+"""The long memories (linear, delta, additive, mixed, compressive): their papers' equations,
+and the stack invariants with each on."""
 
 import pytest
 import torch
@@ -15,6 +15,7 @@ from rltrans.core.long_memory import (
     DeltaMemory,
     LinearMemory,
     LinearState,
+    MixedMemory,
     build_long_memory,
     time_scales,
 )
@@ -24,7 +25,7 @@ from rltrans.runtime.actors import LocalActor
 from tests.test_rollout import small_agent
 
 D, H, Y, M, T = 16, 4, 2, 2, 14  # window reach Y x M = 4 steps, sequences of 14
-KINDS = ("linear", "delta", "additive", "compressive")
+KINDS = ("linear", "delta", "additive", "mixed", "compressive")
 SLOTS, RATE = 3, 2  # the compressive memory in these tests: 7 blocks in 14 steps, 3 kept
 
 
@@ -57,7 +58,8 @@ def literal(module: LinearMemory, x, S, z, starts):
 
 def literal_delta(module: DeltaMemory, x, S, starts):
     """The gated delta rule of the module docstring, one entry, head and step at a time; for
-    an AdditiveMemory the sum rule instead, S_t = gamma S_{t-1} + beta_t k_t v_t^T."""
+    an AdditiveMemory the sum rule instead, S_t = gamma S_{t-1} + beta_t k_t v_t^T; for a
+    MixedMemory the delta rule in odd heads and the sum rule in even ones."""
     b, length, _ = x.shape
     d = module.head_dim
     w_q, w_k, w_v, w_b = module.qkv.weight.split((D, D, D, module.heads))
@@ -77,7 +79,8 @@ def literal_delta(module: DeltaMemory, x, S, starts):
                 q, k = q / q.norm(), k / k.norm()
                 v = w_v[rows] @ x_t + b_v[rows]
                 beta = torch.sigmoid(w_b[h] @ x_t + b_b[h])
-                if isinstance(module, AdditiveMemory):
+                counts = isinstance(module, MixedMemory) and h % 2 == 0
+                if isinstance(module, AdditiveMemory) or counts:
                     S[i, h] = gamma * S[i, h] + beta * torch.outer(k, v)
                 else:
                     u = beta * (v - gamma * S[i, h].T @ k)
@@ -149,8 +152,8 @@ def test_linear_memory_equals_the_literal_recurrence_in_float64():
     torch.testing.assert_close(state.S, S)
 
 
-@pytest.mark.parametrize("kind", [DeltaMemory, AdditiveMemory])
-def test_delta_and_additive_memories_equal_their_literal_rules_in_float64(kind):
+@pytest.mark.parametrize("kind", [DeltaMemory, AdditiveMemory, MixedMemory])
+def test_delta_additive_and_mixed_memories_equal_their_literal_rules_in_float64(kind):
     torch.manual_seed(0)
     module = loud(kind(D, H)).double()
     x = torch.randn(3, T, D, dtype=torch.float64)
@@ -233,6 +236,27 @@ def test_the_additive_memory_counts_where_the_delta_rule_saturates():
     for n in (20, 40):
         torch.testing.assert_close(reads["additive", n], n / 10 * reads["additive", 10])
         torch.testing.assert_close(reads["delta", n], reads["delta", 10])
+
+
+def test_the_mixed_memory_counts_in_its_even_heads_and_overwrites_in_its_odd_heads():
+    """One state, both rules: a step seen n times grows the even heads' reads as n and leaves
+    the odd heads' where one writing put it; fewer than two heads are refused."""
+    torch.manual_seed(0)
+    card = torch.randn(D, dtype=torch.float64)
+    module = loud(build_long_memory("mixed", D, H)).double()
+    with torch.no_grad():
+        module.out.weight.copy_(torch.eye(D))  # the read-out shows each head's read as it is
+        module.out.bias.zero_()
+        module.retention.fill_(30.0)
+        module.qkv.bias[-H:] = 30.0
+    reads = {}
+    for n in (10, 20):
+        read, _ = module(card.expand(1, n, D), module.empty_state(1, dtype=torch.float64))
+        reads[n] = read[0, -1].view(H, D // H)
+    torch.testing.assert_close(reads[20][0::2], 2 * reads[10][0::2])
+    torch.testing.assert_close(reads[20][1::2], reads[10][1::2])
+    with pytest.raises(ValueError, match="long_memory='mixed' needs heads >= 2"):
+        build_long_memory("mixed", D, 1)
 
 
 def test_heads_start_at_time_scales_16_x_8_to_the_h():
@@ -437,7 +461,7 @@ def test_replay_fidelity_with_the_long_memory(kind):
 
 
 def test_errors_name_the_bad_value_and_the_valid_ones():
-    valid = "valid choices: none, linear, delta, additive, compressive"
+    valid = "valid choices: none, linear, delta, additive, mixed, compressive"
     with pytest.raises(ValueError, match=f"long memory 'lstm'; {valid}"):
         build_long_memory("lstm", D, H)
     with pytest.raises(ValueError, match=f"long memory 'x'; {valid}"):
