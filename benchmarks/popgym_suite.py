@@ -13,7 +13,9 @@ cart-pole variants pay only for surviving steps, so theirs is [0, 1]). Chance is
 the uniform random policy, measured here over 100 episodes per env. ``--twins`` also runs the
 torch-native twin of every env that has one (repeat-first, repeat-previous, count-recall,
 autoencode) at the same preset, with the same agents and seeds, to show that an agent learns
-the twin as it learns the original.
+the twin as it learns the original. ``--set`` adds train overrides to every run (or, with an
+``AGENT:`` prefix, to one agent's), to measure a candidate default on the whole suite (give
+each setting an ``--out`` of its own: a finished run is reused, whatever ``--set`` says now).
 
 Written to ``--out``: ``table.md`` (score per env and agent over the seeds: mean, range, env
 steps to a score of 0.9, SPS; then the mean over each level, and for each level on how many
@@ -155,6 +157,7 @@ def one_run(cell: Cell, env_id: str, args: argparse.Namespace) -> Result:
     train = [
         *env_overrides(cell, env_id),
         *AGENTS[cell.agent],
+        *args.overrides.get(cell.agent, []),
         f"env.num_envs={args.num_envs}",
         f"seed={cell.seed}",
         f"total_steps={steps}",
@@ -431,6 +434,23 @@ def env_budgets(entries: list[str], names: set[str]) -> dict[str, int]:
     return budgets
 
 
+def agent_overrides(entries: list[str], agents: list[str]) -> dict[str, list[str]]:
+    """--set entries as each agent's train overrides; ValueError naming a bad entry."""
+    overrides: dict[str, list[str]] = {agent: [] for agent in agents}
+    for entry in entries:
+        agent, colon, override = entry.partition(":")
+        if not colon:
+            agent, override = "", entry
+        if "=" not in override or (agent and agent not in agents):
+            raise ValueError(
+                f"--set {entry!r}: expected [AGENT:]KEY=VALUE with AGENT one of the agents "
+                f"run: {', '.join(agents)}"
+            )
+        for name in [agent] if agent else agents:
+            overrides[name].append(override)
+    return overrides
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the grid (in parallel, resumably), print the table, write the pictures."""
     p = argparse.ArgumentParser(
@@ -452,6 +472,14 @@ def main(argv: list[str] | None = None) -> None:
         help="env steps per run of these envs (e.g. CountRecallMedium=3000000)",
     )
     p.add_argument("--twins", action="store_true", help="also each env's torch-native twin")
+    p.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="[AGENT:]KEY=VALUE",
+        help="train overrides for every run (AGENT: only that agent's), e.g. a candidate\n"
+        "default: --set algo.gamma=0.9 gtrxl:agent.long_memory=mixed",
+    )
     p.add_argument("--num-envs", type=int, default=NUM_ENVS, help="envs per run")
     p.add_argument("--eval-every", type=int, default=8, help="updates between evaluations")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs at once")
@@ -462,6 +490,10 @@ def main(argv: list[str] | None = None) -> None:
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    try:
+        args.overrides = agent_overrides(args.set, args.agents)
+    except ValueError as error:
+        p.error(str(error))
     registered = popgym_envs()
     known = sorted({name for name, _ in registered})
     if args.envs:

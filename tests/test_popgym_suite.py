@@ -47,7 +47,9 @@ def run_suite(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 def test_the_popgym_suite_scores_each_env_by_its_gymnasium_id_and_reuses_finished_runs(tmp_path):
     out = tmp_path / "suite"
-    first = run_suite(out, "--twins", "--env-steps", "RepeatFirstEasy=2048")
+    extra = ["--twins", "--env-steps", "RepeatFirstEasy=2048", "--set", "algo.gamma=0.9"]
+    extra += ["gru:algo.ent_coef=0.02"]
+    first = run_suite(out, *extra)
     assert first.returncode == 0, first.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     cells = {(r["env"], r["kind"]) for r in results}
@@ -66,6 +68,7 @@ def test_the_popgym_suite_scores_each_env_by_its_gymnasium_id_and_reuses_finishe
             assert "name: repeat_first\n" in config
         budget = 2048 if r["env"] == "RepeatFirst" else 1024
         assert f"total_steps: {budget}\n" in config
+        assert "gamma: 0.9\n" in config and "ent_coef: 0.02\n" in config  # --set
     chance = json.loads((out / "chance.json").read_text())
     assert set(chance) == {
         "popgym:popgym-RepeatFirstEasy-v0",
@@ -83,7 +86,7 @@ def test_the_popgym_suite_scores_each_env_by_its_gymnasium_id_and_reuses_finishe
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/checkpoints/last.pt")}
-    again = run_suite(out, "--twins", "--env-steps", "RepeatFirstEasy=2048")
+    again = run_suite(out, *extra)
     assert again.returncode == 0, again.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/checkpoints/last.pt")} == stamps
 
@@ -96,6 +99,9 @@ def test_the_popgym_suite_names_what_it_refuses(tmp_path):
     assert bad_steps.returncode == 2
     assert "--env-steps 'RepeatFirstHard=10'" in bad_steps.stderr
     assert "RepeatFirstEasy" in bad_steps.stderr
+    bad_set = run_suite(tmp_path / "c", "--set", "lstm:algo.gamma=0.9")
+    assert bad_set.returncode == 2
+    assert "--set 'lstm:algo.gamma=0.9': expected [AGENT:]KEY=VALUE" in bad_set.stderr
 
 
 def test_scores_map_each_envs_return_range_onto_zero_to_one():
