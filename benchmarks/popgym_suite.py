@@ -32,6 +32,7 @@ of the deterministic evaluations during training, mean and range over seeds, a p
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -69,14 +70,26 @@ ABOVE_CHANCE = 0.05  # a score counts as above chance when it beats chance's by 
 CURVE = "eval/episodic_return"
 
 
-def return_range(name: str) -> tuple[float, float]:
-    """The least and greatest episodic return of a POPGym env (by its name without level)."""
-    return (0.0, 1.0) if "cartpole" in name.lower() else (-1.0, 1.0)
+@functools.cache
+def return_range(env_id: str) -> tuple[float, float]:
+    """The least and greatest episodic return of a POPGym env: [-1, 1] as POPGym scales them;
+    the cart-poles pay only for surviving steps, [0, 1]; Battleship's all-miss episode pays
+    -L / (L - hits needed)."""
+    name = env_id.split("popgym-")[-1]
+    if "cartpole" in name.lower():
+        return (0.0, 1.0)
+    if name.startswith("Battleship"):
+        import gymnasium as gym
+
+        env = gym.make(env_id).unwrapped
+        steps, hits = env.max_episode_length, sum(env.ship_sizes)
+        return (-steps / (steps - hits), 1.0)
+    return (-1.0, 1.0)
 
 
-def score(name: str, value: float) -> float:
+def score(env_id: str, value: float) -> float:
     """POPGym's normalised score: ``value`` mapped from the env's return range to [0, 1]."""
-    low, high = return_range(name)
+    low, high = return_range(env_id)
     return (value - low) / (high - low)
 
 
@@ -191,7 +204,7 @@ def one_run(cell: Cell, env_id: str, args: argparse.Namespace) -> Result:
     if finished.returncode != 0 or len(lines) != 2:
         raise RuntimeError(f"{run.name}: exited {finished.returncode}:\n{finished.stderr[-2000:]}")
     trained, scored = lines
-    low, high = return_range(cell.env)
+    low, high = return_range(env_id)
     value = float(scored["mean_return"])
     result = Result(
         cell.env,
@@ -200,7 +213,7 @@ def one_run(cell: Cell, env_id: str, args: argparse.Namespace) -> Result:
         cell.agent,
         cell.seed,
         value,
-        score(cell.env, value),
+        score(env_id, value),
         steps_to(run, CURVE, low + TARGET * (high - low)),
         float(trained.get("SPS") or 0.0) or logged_sps(run),
         str(run),
@@ -232,9 +245,9 @@ def chances(envs: dict[tuple[str, str], str], out: Path) -> dict[str, float]:
     """Chance's score per env id, measured once and kept in ``out/chance.json``."""
     path = out / "chance.json"
     known = json.loads(path.read_text()) if path.is_file() else {}
-    for (name, _), env_id in envs.items():
+    for env_id in envs.values():
         if env_id not in known:
-            known[env_id] = score(name, chance(env_id))
+            known[env_id] = score(env_id, chance(env_id))
     path.write_text(json.dumps(known, indent=1, sort_keys=True))
     return known
 
@@ -343,6 +356,7 @@ def draw(
     rows: list[tuple[str, str, str]],
     agents: list[str],
     chance_of: dict[tuple[str, str], float],
+    ids: dict[tuple[str, str], str],
     out: Path,
 ) -> None:
     """bars.png (final score per env and agent) and curves.png (score during training)."""
@@ -390,7 +404,7 @@ def draw(
     for ax in axes[len(rows) :]:
         ax.set_visible(False)
     for ax, (env, level, kind), name in zip(axes, rows, names, strict=False):
-        low, high = return_range(env)
+        low, high = return_range(ids[(env, level)])
         for agent in agents:
             runs = [
                 Path(r.run_dir)
@@ -529,11 +543,13 @@ def main(argv: list[str] | None = None) -> None:
         {cell.name: partial(one_run, cell, env_id, args) for cell, env_id in grid},
         lambda r: f"score {r.score:.2f} (return {r.eval_return:.2f}), {r.sps:,.0f} SPS",
     )
+    for r in results:  # scored by today's ranges, whenever the run was made
+        r.score = score(chosen[(r.env, r.level)], r.eval_return)
     text = table(results, rows, args.agents, chance_of)
     print(text)
     (out / "table.md").write_text(text + "\n")
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
-    draw(results, rows, args.agents, chance_of, out)
+    draw(results, rows, args.agents, chance_of, chosen, out)
     print(
         f"# {(time.monotonic() - start) / 60:.1f} min; pictures: {out / 'bars.png'}, "
         f"{out / 'curves.png'}"

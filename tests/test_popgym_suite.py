@@ -106,11 +106,16 @@ def test_the_popgym_suite_names_what_it_refuses(tmp_path):
 
 def test_scores_map_each_envs_return_range_onto_zero_to_one():
     suite = load_suite()
-    assert suite.score("RepeatFirst", -1.0) == 0.0 and suite.score("RepeatFirst", 1.0) == 1.0
-    assert suite.score("CountRecall", 0.0) == 0.5
+    first = "popgym:popgym-RepeatFirstEasy-v0"
+    assert suite.score(first, -1.0) == 0.0 and suite.score(first, 1.0) == 1.0
+    assert suite.score("popgym:popgym-CountRecallMedium-v0", 0.0) == 0.5
     # the cart-poles pay only for surviving steps: their returns lie in [0, 1]
-    assert suite.score("PositionOnlyCartPole", 0.5) == 0.5
-    assert suite.score("VelocityOnlyCartpole", 1.0) == 1.0
+    assert suite.score("popgym:popgym-PositionOnlyCartPoleEasy-v0", 0.5) == 0.5
+    assert suite.score("popgym:popgym-VelocityOnlyCartpoleMedium-v0", 1.0) == 1.0
+    # Battleship Easy: 64 shots, 12 hits sink every ship; all misses pay -64 / 52
+    low, high = suite.return_range("popgym:popgym-BattleshipEasy-v0")
+    assert (low, high) == (pytest.approx(-64 / 52), 1.0)
+    assert suite.score("popgym:popgym-BattleshipEasy-v0", low) == 0.0
 
 
 def test_every_registered_popgym_env_is_in_the_suite_at_each_level():
