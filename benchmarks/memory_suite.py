@@ -282,18 +282,24 @@ def budget(task: str, args: argparse.Namespace) -> int:
     return args.task_steps.get(task, args.steps)
 
 
-def task_steps(entries: list[str], tasks: list[str]) -> dict[str, int]:
-    """--task-steps TASK=STEPS entries as a dict; ValueError naming a bad entry."""
+def named_steps(entries: list[str], names: list[str], option: str, key: str) -> dict[str, int]:
+    """``option``'s KEY=STEPS entries (KEY one of ``names``) as a dict; ValueError naming a
+    bad entry and the valid names."""
     budgets = {}
     for entry in entries:
-        task, _, steps = entry.partition("=")
-        if task not in tasks or not steps.isdigit() or int(steps) <= 0:
+        name, _, steps = entry.partition("=")
+        if name not in names or not steps.isdigit() or int(steps) <= 0:
             raise ValueError(
-                f"--task-steps {entry!r}: expected TASK=STEPS with STEPS > 0 and TASK one of "
-                f"the tasks run: {', '.join(tasks)}"
+                f"{option} {entry!r}: expected {key}=STEPS with STEPS > 0 and {key} one of "
+                f"{', '.join(names)}"
             )
-        budgets[task] = int(steps)
+        budgets[name] = int(steps)
     return budgets
+
+
+def task_steps(entries: list[str], tasks: list[str]) -> dict[str, int]:
+    """--task-steps TASK=STEPS entries as a dict; ValueError naming a bad entry."""
+    return named_steps(entries, tasks, "--task-steps", "TASK")
 
 
 def table(

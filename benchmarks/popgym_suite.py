@@ -45,7 +45,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from memory_suite import RUNNER, logged_sps, run_grid, steps_to, summaries
+from memory_suite import RUNNER, logged_sps, named_steps, run_grid, steps_to, summaries
 
 LEVELS = ("easy", "medium", "hard")
 AGENTS = {"gtrxl": ["agent=gtrxl"], "gru": ["agent=gru"]}
@@ -156,9 +156,9 @@ def env_overrides(cell: Cell, env_id: str) -> list[str]:
     return [f"env={twin}", *(f"env.kwargs.{k}={v}" for k, v in preset.items())]
 
 
-def budget(cell: Cell, args: argparse.Namespace) -> int:
-    """The env steps of one run: the env's own budget (--env-steps), else --steps."""
-    return args.env_steps.get(f"{cell.env}{cell.level.title()}", args.steps)
+def budget(env: str, level: str, args: argparse.Namespace) -> int:
+    """The env steps of a run of ``env`` at ``level``: its --env-steps entry, else --steps."""
+    return args.env_steps.get(label(env, level), args.steps)
 
 
 def one_run(cell: Cell, env_id: str, args: argparse.Namespace) -> Result:
@@ -167,7 +167,7 @@ def one_run(cell: Cell, env_id: str, args: argparse.Namespace) -> Result:
     done = run / "result.json"
     if done.is_file():
         return Result(**json.loads(done.read_text()))
-    steps = budget(cell, args)
+    steps = budget(cell.env, cell.level, args)
     train = [
         *env_overrides(cell, env_id),
         *AGENTS[cell.agent],
@@ -263,8 +263,10 @@ def table(
     rows: list[tuple[str, str, str]],
     agents: list[str],
     chance_of: dict[tuple[str, str], float],
+    budgets: dict[str, int],
 ) -> str:
-    """The markdown table per env and agent, then each level's mean and head-to-head count."""
+    """The markdown table per env and agent (``budgets``: env steps by env label), then each
+    level's mean and head-to-head count."""
     lines = [
         "| env | agent | env steps | score (mean, min-max over seeds) | chance "
         f"| steps to {TARGET} | SPS |",
@@ -285,20 +287,13 @@ def table(
                 else f"never (0/{len(mine)})"
             )
             lines.append(
-                f"| {label(env, level, kind)} | {agent} | {budget_of(mine[0]):,} "
+                f"| {label(env, level, kind)} | {agent} | {budgets[label(env, level)]:,} "
                 f"| {statistics.mean(scores):.2f} ({min(scores):.2f}-{max(scores):.2f}) "
                 f"| {chance_of.get((env, level), float('nan')):.2f} | {first} "
                 f"| {statistics.mean(r.sps for r in mine):,.0f} |"
             )
     lines += ["", summary(results, agents, chance_of)]
     return "\n".join(lines)
-
-
-def budget_of(result: Result) -> int:
-    """The env steps a finished run was given (its saved config)."""
-    config = (Path(result.run_dir) / "config.yaml").read_text()
-    found = re.search(r"^total_steps: (\d+)$", config, re.MULTILINE)
-    return int(found[1]) if found else 0
 
 
 def mean_scores(results: list[Result]) -> dict[tuple[str, str, str], float]:
@@ -434,21 +429,6 @@ def draw(
     fig.savefig(out / "curves.png", dpi=110)
 
 
-def env_budgets(entries: list[str], names: set[str]) -> dict[str, int]:
-    """--env-steps NAME=STEPS entries (NAME: e.g. CountRecallMedium) as a dict; ValueError
-    naming a bad entry."""
-    budgets = {}
-    for entry in entries:
-        name, _, steps = entry.partition("=")
-        if name not in names or not steps.isdigit() or int(steps) <= 0:
-            raise ValueError(
-                f"--env-steps {entry!r}: expected NAME=STEPS with STEPS > 0 and NAME one of "
-                f"{', '.join(sorted(names))}"
-            )
-        budgets[name] = int(steps)
-    return budgets
-
-
 def agent_overrides(entries: list[str], agents: list[str]) -> dict[str, list[str]]:
     """--set entries as each agent's train overrides; ValueError naming a bad entry."""
     overrides: dict[str, list[str]] = {agent: [] for agent in agents}
@@ -522,7 +502,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     if isinstance(args.env_steps, list):
         try:
-            args.env_steps = env_budgets(args.env_steps, {label(*k) for k in chosen})
+            names = sorted(label(*k) for k in chosen)
+            args.env_steps = named_steps(args.env_steps, names, "--env-steps", "NAME")
         except ValueError as error:
             p.error(str(error))
     kinds = ["popgym", "twin"] if args.twins else ["popgym"]
@@ -546,7 +527,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     for r in results:  # scored by today's ranges, whenever the run was made
         r.score = score(chosen[(r.env, r.level)], r.eval_return)
-    text = table(results, rows, args.agents, chance_of)
+    budgets = {label(e, lv): budget(e, lv, args) for e, lv in chosen}
+    text = table(results, rows, args.agents, chance_of, budgets)
     print(text)
     (out / "table.md").write_text(text + "\n")
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))

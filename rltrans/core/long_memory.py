@@ -464,6 +464,9 @@ class MixedMemory(DeltaMemory):
         # odd heads overwrite: the slower of each pair of time scales holds single cues longest
         self.register_buffer("order", torch.cat([heads_[1::2], heads_[::2]]), persistent=False)
         self.register_buffer("inverse", torch.argsort(self.order), persistent=False)
+        # (1, H, 1): 1 for the heads that subtract what they recall (acting's delta step)
+        overwrites = (heads_ % 2).float().view(1, -1, 1)
+        self.register_buffer("overwrite_mask", overwrites, persistent=False)
         self.overwriting = heads // 2
 
     def _split(self, *tensors: Tensor) -> tuple[list[Tensor], list[Tensor]]:
@@ -494,9 +497,7 @@ class MixedMemory(DeltaMemory):
 
     def _overwrites(self, like: Tensor) -> Tensor:
         """Per head (1, H, 1): 1 where it writes by the delta rule, 0 where by the sum rule."""
-        overwrites = torch.zeros(1, self.heads, 1, dtype=like.dtype, device=like.device)
-        overwrites[:, 1::2] = 1.0
-        return overwrites
+        return self.overwrite_mask.to(like.dtype)
 
 
 MODULES: dict[str, type[nn.Module]] = {
