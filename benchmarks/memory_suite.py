@@ -86,8 +86,9 @@ TASKS: dict[str, dict] = {
 POPGYM_LEVELS = ("easy", "medium", "hard")
 BEST_RETURN = 1.0  # every task's best return
 # The plain names are the agents as configured, memory not fitted to the task
-# (agent.horizon=null: gtrxl's window 2 x 32 steps, segments of 16 steps); *_fit are the
-# defaults, agent.horizon=auto (window, long memory and segments fitted to the task's length).
+# (agent.horizon=null: gtrxl's window 2 x 32 steps and its mixed long memory, segments of 128
+# steps); *_fit are the defaults, agent.horizon=auto (window, rollouts and segments fitted to
+# the task's time limit).
 FIXED = "agent.horizon=null"
 RECONSTRUCTION_COEF = 0.1  # the observation-reconstruction loss weight of the *_recon agents
 AGENTS: dict[str, list[str]] = {

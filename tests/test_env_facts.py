@@ -1,6 +1,6 @@
-"""Trainers read of an env only what every Gymnasium vector env exposes: its spaces, its size,
-its time limits and its methods. A torch-native task's own class attributes stay inside
-envs/, so an agent learns a user's env by the same path as rltrans's tasks.
+"""Trainers and the horizon fit read of an env only what every Gymnasium vector env exposes:
+its spaces, its size, its time limits and its methods. A torch-native task's own class
+attributes stay inside envs/, so an agent learns a user's env by the path rltrans's tasks take.
 
 Every attribute read on a torch env from code outside envs/ (and outside Gymnasium's own
 VectorEnv base) is recorded while a run trains; any name beyond the facts fails the test.
@@ -53,14 +53,14 @@ def test_the_recorder_sees_a_read_of_a_task_attribute(reads):
 
 
 TRAINING = ["total_steps=512", "env.num_envs=4", "progress=false", "torch_threads=1"]
-TRAINING += ["compile=false", "agent.horizon=null", "algo.eval_every=1"]
+TRAINING += ["compile=false", "algo.eval_every=1"]  # agent.horizon=auto: the fit reads too
 
 
 @pytest.mark.parametrize(
     "algo", [["algo=ppo", "algo.num_steps=64"], ["algo=impala", "algo.num_steps=32"]]
 )
 @pytest.mark.parametrize("env", ["count_recall", "passive_tmaze", "repeat_first"])
-def test_trainers_read_only_the_facts_of_an_env(reads, algo, env, tmp_path):
+def test_trainers_and_the_horizon_fit_read_only_the_facts_of_an_env(reads, algo, env, tmp_path):
     assert train_main([f"env={env}", *algo, *TRAINING, f"run_dir={tmp_path}"]) == 0
     assert reads, "nothing recorded: the recorder is not in the path"
     beyond = sorted((name, where) for name, where in reads if name not in FACTS)

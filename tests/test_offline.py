@@ -206,6 +206,7 @@ def test_missing_dataset_and_space_mismatch_errors(mixed, tmp_path, capsys):
 def test_collect_refuses_torch_native_checkpoints(tmp_path, capsys):
     tiny = ["env.num_envs=2", "algo.num_steps=8", "algo.segment_length=4", "algo.num_minibatches=1"]
     tiny += ["agent.dim=8", "agent.layers=1", "agent.heads=1", "agent.memory=4", "progress=false"]
+    tiny += ["agent.long_memory=none"]  # mixed needs two heads
     assert train_main([*tiny, "total_steps=16", f"run_dir={tmp_path}", "tensorboard=false"]) == 0
     capsys.readouterr()
     assert collect_main(["dataset_id=rltrans/tmaze-v0", f"policy={tmp_path}"]) == 2

@@ -321,13 +321,15 @@ def test_resume_refuses_a_config_yaml_edited_apart_from_its_checkpoint(
     cartpole_run, tmp_path, capsys
 ):
     run = copy_run(cartpole_run, tmp_path / "run")
-    text = (run / "config.yaml").read_text().replace("gamma: 0.99", "gamma: 0.9")
+    original = (run / "config.yaml").read_text()
+    gamma = yaml.safe_load(original)["algo"]["gamma"]
+    text = original.replace(f"gamma: {gamma}\n", "gamma: 0.5\n")
     (run / "config.yaml").write_text(text)
     assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 2
     err = error_text(capsys)
-    assert "algo.gamma: config.yaml 0.9, checkpoint 0.99" in err
+    assert f"algo.gamma: config.yaml 0.5, checkpoint {gamma}" in err
     # budget keys may differ (a resume with a new total_steps writes them)
-    (run / "config.yaml").write_text(text.replace("gamma: 0.9", "gamma: 0.99"))
+    (run / "config.yaml").write_text(original)
     edit_both(run, lambda c: c.update(total_steps=96))
     assert train_main(["resume=true", f"run_dir={run}", "total_steps=128"]) == 0
     assert summary_line(capsys.readouterr().out)["global_step"] == 128

@@ -76,8 +76,6 @@ class Autoencode(TorchVectorEnv):
         render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
     """
 
-    myopic = True  # an answer never changes what is shown or paid later
-
     # POPGym's AutoencodeEasy/Medium/Hard (see the module docstring).
     popgym_presets: ClassVar[dict[str, dict[str, int]]] = {
         "easy": {"length": 52},

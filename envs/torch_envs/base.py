@@ -114,16 +114,6 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
         "render_modes": ["rgb_array"],
         "render_fps": 4,  # frames per second of a recorded episode (VideoRecorder's GIF)
     }
-    # True where the task asks for one decision after a long stretch with no reward that
-    # depends on memory (the T-mazes); agent.horizon then raises the discount and entropy.
-    one_decision: ClassVar[bool] = False
-    # True where every answer aggregates the whole episode so far (count-recall's counts);
-    # agent.horizon then adds the additive long memory beside a transformer's window.
-    aggregate: ClassVar[bool] = False
-    # True where no action changes what the task shows or pays later: each reward grades the
-    # action of its own step (POPGym's tasks), so every discount has the same best policy and
-    # agent.horizon lowers algo.gamma to cut the other steps' rewards out of each advantage.
-    myopic: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -297,12 +287,6 @@ class TorchVectorEnv(VectorEnv[torch.Tensor, torch.Tensor, torch.Tensor]):
         if self.max_episode_steps is not None and self.episode_limit is not None:
             return min(self.max_episode_steps, self.episode_limit)
         return self.max_episode_steps if self.max_episode_steps is not None else self.episode_limit
-
-    @property
-    def memory_distance(self) -> int | None:
-        """How far back the task may ask the agent to remember (``agent.horizon=auto``): the
-        whole episode for a memory task, i.e. its time limit."""
-        return self.time_limit
 
     def render(self) -> tuple[np.ndarray, ...] | None:
         """One RGB frame (H, W, 3) uint8 per env, drawn from the state (None without a

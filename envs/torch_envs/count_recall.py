@@ -78,9 +78,6 @@ class CountRecall(TorchVectorEnv):
         render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
     """
 
-    aggregate = True  # an answer counts over every step of the episode so far
-    myopic = True  # an answer never changes what is shown or paid later
-
     # POPGym's CountRecallEasy/Medium/Hard (see the module docstring).
     popgym_presets: ClassVar[dict[str, dict[str, int]]] = {
         "easy": {"length": 51, "num_symbols": 2},

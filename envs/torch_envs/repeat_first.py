@@ -69,8 +69,6 @@ class RepeatFirst(TorchVectorEnv):
         render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
     """
 
-    myopic = True  # an answer never changes what is shown or paid later
-
     # POPGym's RepeatFirstEasy/Medium/Hard (see the module docstring).
     popgym_presets: ClassVar[dict[str, dict[str, int]]] = {
         "easy": {"length": 51},

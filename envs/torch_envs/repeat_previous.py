@@ -75,8 +75,6 @@ class RepeatPrevious(TorchVectorEnv):
         render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
     """
 
-    myopic = True  # an answer never changes what is shown or paid later
-
     # POPGym's RepeatPreviousEasy/Medium/Hard (see the module docstring).
     popgym_presets: ClassVar[dict[str, dict[str, int]]] = {
         "easy": {"k": 3, "episode_length": 51},

@@ -110,11 +110,6 @@ class StatelessCartPole(TorchVectorEnv):
         self.hide_velocity = hide_velocity
         self.state = torch.zeros(num_envs, 4, dtype=torch.float32, device=self.device)
 
-    @property
-    def memory_distance(self) -> int | None:
-        """Not the time limit: velocities are read off the last few observations."""
-        return None
-
     def _reset_idx(self, mask: torch.Tensor) -> None:
         """Draw a state uniform in [-0.05, 0.05)^4 for envs where `mask` is True."""
         u = torch.rand(

@@ -84,8 +84,6 @@ class TMaze(TorchVectorEnv):
         render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
     """
 
-    one_decision = True  # the turn at the junction, after the whole corridor
-
     def __init__(
         self,
         num_envs: int,

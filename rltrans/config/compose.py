@@ -178,6 +178,22 @@ def _check_override(
     return problem, None if problem else text
 
 
+def _fit_default_segments(cfg: DictConfig) -> None:
+    """A PPO segment_length the command line did not give becomes the longest divisor of
+    algo.num_steps no longer than it that still splits an update into algo.num_minibatches
+    segments: a default made for 128-step rollouts of 16 envs must not fail with fewer."""
+    algo, env = cfg.get("algo") or {}, cfg.get("env") or {}
+    steps, length = algo.get("num_steps"), algo.get("segment_length")
+    count, envs = algo.get("num_minibatches"), env.get("num_envs")
+    numbers = (steps, length, count, envs)
+    if algo.get("kind") != "online" or not all(type(n) is int and n > 0 for n in numbers):
+        return
+    most = min(length, max(1, envs * steps // count))
+    OmegaConf.update(
+        cfg, "algo.segment_length", max(d for d in range(1, most + 1) if steps % d == 0)
+    )
+
+
 def load_config(
     overrides: list[str], config_name: str = "train", validate: bool = True
 ) -> DictConfig:
@@ -200,6 +216,9 @@ def load_config(
         cfg = _compose(config_name, kept)
     except Exception as err:  # Hydra raises several exception types; all become ConfigError
         raise ConfigError("\n".join([*problems, str(_hydra_error(err))])) from None
+    given = {o.key_or_group for o in parsed if not _is_group(o)}
+    if config_name == "train" and not {"algo", "algo.segment_length"} & given:
+        _fit_default_segments(cfg)
     if validate:
         problems += check_config(cfg, defaults, config_name)
     if problems:

@@ -458,7 +458,10 @@ class MixedMemory(DeltaMemory):
 
     def __init__(self, dim: int, heads: int, longest: float | None = None) -> None:
         if heads < 2:
-            raise ValueError(f"long_memory='mixed' needs heads >= 2 (one per rule), got {heads}")
+            raise ValueError(
+                f"long_memory='mixed' needs heads >= 2 (one per rule), got {heads}; with one head "
+                "choose long_memory=delta, additive, linear or none"
+            )
         super().__init__(dim, heads, longest)
         heads_ = torch.arange(heads)
         # odd heads overwrite: the slower of each pair of time scales holds single cues longest

@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from rltrans.envs.torch_envs import (
-    TORCH_ENVS,
     Autoencode,
     CountRecall,
     PassiveTMaze,
@@ -327,7 +326,7 @@ def test_seeds_reproduce_and_differ(name):
 def answers_change_nothing_later(name: str, **kwargs) -> bool:
     """Two copies of a task from one seed, answered differently at odd steps and alike at even
     ones: True if they show the same observations throughout and pay the same where the
-    answers agree (what ``myopic`` claims)."""
+    answers agree."""
     envs = [make_torch_env(name, 16, **kwargs) for _ in range(2)]
     obs = [env.reset(seed=3)[0] for env in envs]
     gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
@@ -345,17 +344,14 @@ def answers_change_nothing_later(name: str, **kwargs) -> bool:
     return True
 
 
-def test_myopic_tasks_are_those_whose_answers_change_nothing_later():
-    """agent.horizon lowers the discount where a task says ``myopic``; the claim holds for each
-    task that makes it, and the check catches a task whose actions steer (the T-maze)."""
-    myopic = {name for name, cls in TORCH_ENVS.items() if cls.myopic}
-    assert myopic == {"repeat_first", "repeat_previous", "count_recall", "autoencode"}
-    for name in myopic:
+def test_popgyms_tasks_and_the_passive_tmaze_are_those_whose_answers_change_nothing_later():
+    """In POPGym's tasks and the passive T-maze no action changes what the task shows or pays
+    later (each reward grades its own step's action); the T-maze's moves steer. No agent is
+    told: the agent's defaults have to learn both kinds."""
+    for name in ("repeat_first", "repeat_previous", "count_recall", "autoencode"):
         assert answers_change_nothing_later(name, **SMALL[name]), name
-    assert not answers_change_nothing_later("tmaze", length=3)
-    # the passive T-maze's answers change nothing later either, but it says one_decision:
-    # its one reward comes after the whole corridor, and there the discount is raised
     assert answers_change_nothing_later("passive_tmaze", **SMALL["passive_tmaze"])
+    assert not answers_change_nothing_later("tmaze", length=3)
 
 
 @pytest.mark.parametrize("name", TASKS)
