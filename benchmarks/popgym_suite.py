@@ -12,8 +12,9 @@ the env's least and greatest return (POPGym scales every env's return into [-1, 
 cart-pole variants pay only for surviving steps, so theirs is [0, 1]). Chance is the score of
 the uniform random policy, measured here over 100 episodes per env. ``--twins`` also runs the
 torch-native twin of every env that has one (repeat-first, repeat-previous, count-recall,
-autoencode) at the same preset, with the same agents and seeds, to show that an agent learns
-the twin as it learns the original. ``--set`` adds train overrides to every run (or, with an
+autoencode) at the same preset, with the same agents and seeds and nothing fitted to its
+time limit (the original names none), to show that an agent learns the twin as it learns the
+original. ``--set`` adds train overrides to every run (or, with an
 ``AGENT:`` prefix, to one agent's), to measure a candidate default on the whole suite (give
 each setting an ``--out`` of its own: a finished run is reused, whatever ``--set`` says now).
 
@@ -146,14 +147,18 @@ class Cell:
 
 
 def env_overrides(cell: Cell, env_id: str) -> list[str]:
-    """The train overrides that pick the cell's env: the Gymnasium id, or the twin's preset."""
+    """The train overrides that pick the cell's env: the Gymnasium id, or the twin's preset.
+    The original names no time limit before the run, so ``agent.horizon`` fits nothing there;
+    the twin's would fit its window and segments to it, so the twin runs with nothing fitted
+    too: the same agent as the original's, or it learns faster for that reason alone."""
     if cell.kind == "popgym":
         return ["env=gym", f"env.id={env_id}"]
     from rltrans.envs.torch_envs import TORCH_ENVS
 
     twin = TWINS[cell.env]
     preset = TORCH_ENVS[twin].popgym_presets[cell.level]
-    return [f"env={twin}", *(f"env.kwargs.{k}={v}" for k, v in preset.items())]
+    kwargs = (f"env.kwargs.{k}={v}" for k, v in preset.items())
+    return [f"env={twin}", *kwargs, "agent.horizon=null"]
 
 
 def budget(env: str, level: str, args: argparse.Namespace) -> int:
