@@ -188,10 +188,14 @@ def _fit_default_segments(cfg: DictConfig) -> None:
     numbers = (steps, length, count, envs)
     if algo.get("kind") != "online" or not all(type(n) is int and n > 0 for n in numbers):
         return
-    most = min(length, max(1, envs * steps // count))
-    OmegaConf.update(
-        cfg, "algo.segment_length", max(d for d in range(1, most + 1) if steps % d == 0)
-    )
+    OmegaConf.update(cfg, "algo.segment_length", splitting_segment(steps, length, envs, count))
+
+
+def splitting_segment(num_steps: int, longest: int, num_envs: int, num_minibatches: int) -> int:
+    """The longest divisor of ``num_steps`` up to ``longest`` that still splits a PPO update
+    (``num_envs`` x ``num_steps`` steps) into at least ``num_minibatches`` segments."""
+    most = min(longest, max(1, num_envs * num_steps // num_minibatches))
+    return max(d for d in range(1, most + 1) if num_steps % d == 0)
 
 
 def load_config(

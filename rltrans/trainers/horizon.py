@@ -37,6 +37,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rltrans.config.compose import splitting_segment
 from rltrans.core.long_memory import RETAINING, initial_scales
 
 AUTO_WINDOW_CAP = 256  # the longest window horizon sets; beyond it, the delta long memory
@@ -107,8 +108,7 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
         num_steps = changes.get("algo.num_steps", algo.num_steps)
         span = spanning_segment(span_steps, num_steps)
         if algo.get("kind") == "online":  # keep algo.num_minibatches' segments per update
-            most = cfg.env.num_envs * num_steps // algo.num_minibatches
-            span = max(d for d in range(1, min(span, most) + 1) if num_steps % d == 0)
+            span = splitting_segment(num_steps, span, cfg.env.num_envs, algo.num_minibatches)
         changes["algo.segment_length"] = max(algo.segment_length, span)
     for key, value in changes.items():
         OmegaConf.update(cfg, key, value, force_add=True)
