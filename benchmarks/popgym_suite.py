@@ -12,11 +12,12 @@ the env's least and greatest return (POPGym scales every env's return into [-1, 
 cart-pole variants pay only for surviving steps, so theirs is [0, 1]). Chance is the score of
 the uniform random policy, measured here over 100 episodes per env. ``--twins`` also runs the
 torch-native twin of every env that has one (repeat-first, repeat-previous, count-recall,
-autoencode) at the same preset, with the same agents and seeds and nothing fitted to its
-time limit (the original names none), to show that an agent learns the twin as it learns the
-original. ``--set`` adds train overrides to every run (or, with an
-``AGENT:`` prefix, to one agent's), to measure a candidate default on the whole suite (give
-each setting an ``--out`` of its own: a finished run is reused, whatever ``--set`` says now).
+autoencode) at the same preset, with the same agents and seeds (``agent.horizon=auto`` fits
+both alike: the twin's declared time limit is the original's observed episode length), to show
+that an agent learns the twin as it learns the original. ``--set`` adds train overrides to
+every run (or, with an ``AGENT:`` prefix, to one agent's), to measure a candidate default on
+the whole suite (give each setting an ``--out`` of its own: a finished run is reused, whatever
+``--set`` says now).
 
 Written to ``--out``: ``table.md`` (score per env and agent over the seeds: mean, range, env
 steps to a score of 0.9, SPS; then the mean over each level, and for each level on how many
@@ -148,9 +149,9 @@ class Cell:
 
 def env_overrides(cell: Cell, env_id: str) -> list[str]:
     """The train overrides that pick the cell's env: the Gymnasium id, or the twin's preset.
-    The original names no time limit before the run, so ``agent.horizon`` fits nothing there;
-    the twin's would fit its window and segments to it, so the twin runs with nothing fitted
-    too: the same agent as the original's, or it learns faster for that reason alone."""
+    Both run with ``agent.horizon=auto``, which fits the twin to its declared time limit and
+    the original to the one length its episodes are observed to have: the same number, so the
+    same agent (``tests/test_horizon.py`` checks every twin's preset)."""
     if cell.kind == "popgym":
         return ["env=gym", f"env.id={env_id}"]
     from rltrans.envs.torch_envs import TORCH_ENVS
@@ -158,7 +159,7 @@ def env_overrides(cell: Cell, env_id: str) -> list[str]:
     twin = TWINS[cell.env]
     preset = TORCH_ENVS[twin].popgym_presets[cell.level]
     kwargs = (f"env.kwargs.{k}={v}" for k, v in preset.items())
-    return [f"env={twin}", *kwargs, "agent.horizon=null"]
+    return [f"env={twin}", *kwargs]
 
 
 def budget(env: str, level: str, args: argparse.Namespace) -> int:

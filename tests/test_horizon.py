@@ -6,7 +6,9 @@ import yaml
 from rltrans import evaluate, train
 from rltrans.config import load_config
 from rltrans.run import override_keys
-from rltrans.trainers.horizon import fit_horizon, spanning_segment
+from rltrans.trainers import horizon
+from rltrans.trainers.horizon import fit_horizon, observed_length, spanning_segment
+from tests.user_envs import EPISODES_ID
 
 
 @pytest.mark.parametrize(
@@ -96,11 +98,41 @@ def test_recurrent_agents_get_segments_and_the_memoryless_nothing():
 
 
 def test_auto_changes_nothing_where_no_time_limit_is_known_before_the_run():
-    for env in ("env=minigrid_memory", "env=gym"):
+    for env in ("env=minigrid_memory", "env=gym"):  # gym: CartPole-v1, whose episodes vary
         cfg = fitted(env)
         assert cfg.agent.horizon is None
         assert (cfg.agent.memory, cfg.algo.segment_length) == (32, 128)
     assert fitted("env=stateless_cartpole").agent.horizon == 500  # its time limit
+
+
+EPISODES = ("env=gym", f"env.id={EPISODES_ID}")
+
+
+def test_auto_observes_the_fixed_length_of_a_gymnasium_envs_episodes():
+    """A user's env that names no time limit but whose every episode lasts L steps is fitted
+    as a torch task of time limit L would be; one whose episodes vary, or never end, is not."""
+    cfg = fitted(*EPISODES, "env.kwargs.length=100")
+    assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (100, 100, 128)
+    cfg = fitted(*EPISODES, "env.kwargs.length=415")  # beyond the window: rollouts span it
+    assert (cfg.agent.horizon, cfg.agent.memory, cfg.agent.long_memory) == (415, 32, "mixed")
+    assert (cfg.algo.num_steps, cfg.algo.segment_length, cfg.agent.chunk) == (512, 512, 64)
+    twin = fitted("env=repeat_first", "agent.horizon=415")
+    assert {k: v for k, v in cfg.items() if k != "env"} == {
+        k: v for k, v in twin.items() if k != "env"
+    }
+    assert fitted(*EPISODES).agent.horizon is None  # lengths that vary with the actions
+    assert fitted(*EPISODES, "env.kwargs.length=100", "agent.horizon=null").agent.memory == 32
+    assert fitted(*EPISODES, "env.kwargs.length=100", "agent=gru").algo.num_steps == 128
+
+
+def test_the_probe_gives_up_on_episodes_longer_than_its_reach(monkeypatch):
+    env = load_config([*EPISODES, "env.kwargs.length=-1"], "train").env
+    monkeypatch.setattr(horizon, "PROBE_STEPS", 50)
+    assert observed_length(env, seed=1) is None  # never ends: stops after 50 steps
+    env = load_config([*EPISODES, "env.kwargs.length=51"], "train").env
+    assert observed_length(env, seed=1) is None  # longer than the probe reaches
+    env = load_config([*EPISODES, "env.kwargs.length=50"], "train").env
+    assert observed_length(env, seed=1) == 50
 
 
 def test_segments_stay_enough_for_the_minibatches():
@@ -133,6 +165,16 @@ def test_a_run_saves_the_fitted_agent_and_resumes_and_evaluates_it(tmp_path, cap
     assert evaluate.main([f"checkpoint={run}", "episodes=2", "progress=false"]) == 0
 
 
+def test_a_gymnasium_run_fitted_by_observation_resumes_under_the_same_fit(tmp_path):
+    run = tmp_path / "run"
+    common = [*EPISODES, "env.kwargs.length=40", "env.num_envs=4", "algo.num_steps=64"]
+    common += ["algo.num_minibatches=2", "progress=false", "torch_threads=1", f"run_dir={run}"]
+    assert train.main([*common, "total_steps=128"]) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["agent"]["horizon"], saved["agent"]["memory"]) == (40, 40)
+    assert train.main([*common, "total_steps=256", "resume=true"]) == 0
+
+
 def test_bad_horizons_are_refused_with_the_valid_ones(capsys):
     for value in ("0", "soon"):
         assert train.main([f"agent.horizon={value}", "--cfg"]) == 2
@@ -161,3 +203,20 @@ def test_the_slowest_retention_reaches_four_times_the_distance_where_the_default
     assert fitted("agent=gru", *long).agent.get("retention_scale") is None
     once = fitted(*long)
     assert fit_horizon(once.copy()) == once
+
+
+def test_popgyms_originals_are_fitted_as_their_torch_twins():
+    """POPGym's envs by id name no time limit; the probe observes the length that each torch
+    twin declares, so the original and its twin train the same agent."""
+    pytest.importorskip("popgym")
+    from rltrans.envs.torch_envs import TORCH_ENVS
+
+    names = {"repeat_first": "RepeatFirst", "repeat_previous": "RepeatPrevious"}
+    names |= {"count_recall": "CountRecall", "autoencode": "Autoencode"}
+    for twin, name in names.items():
+        for level, preset in TORCH_ENVS[twin].popgym_presets.items():
+            kwargs = [f"env.kwargs.{k}={v}" for k, v in preset.items()]
+            mine = fitted(f"env={twin}", *kwargs)
+            theirs = fitted("env=gym", f"env.id=popgym:popgym-{name}{level.title()}-v0")
+            assert mine.agent.horizon == theirs.agent.horizon, (twin, level)
+            assert (mine.agent, mine.algo) == (theirs.agent, theirs.algo), (twin, level)

@@ -108,7 +108,8 @@ def test_ppo_sigkill_between_checkpoints_then_resume_equals_an_uninterrupted_run
     # checkpoint (step 128), which the resumed run logs again.
     steps = 16  # algo.num_steps: env steps per sub-env per update
     args = ["env=gym", "env.id=CartPole-v1", KILLER, *PPO_TINY, "total_steps=320"]
-    args += ["checkpoint_every=2"]
+    # agent.horizon=null: auto's random-action episodes would count towards the kill step
+    args += ["checkpoint_every=2", "agent.horizon=null"]
     killed, whole = tmp_path / "killed", tmp_path / "whole"
 
     run_killed([*args, f"run_dir={killed}"], kill_at=3 * steps + 5, cwd=tmp_path)

@@ -28,7 +28,6 @@ ONE_HOT = [*ORIGINAL, "env.wrappers=[{path: gymnasium.wrappers.FlattenObservatio
 TWIN = [
     "env=repeat_first",
     *(f"env.kwargs.{k}={v}" for k, v in TORCH_ENVS["repeat_first"].popgym_presets["easy"].items()),
-    "agent.horizon=null",  # the original names no time limit: nothing is fitted to the twin's
 ]
 SETTINGS = ["env.num_envs=16", f"total_steps={STEPS}", "progress=false"]  # the agents' defaults
 CHANCE = -0.5  # a random card is right a quarter of the time: (1 - 3) / 4

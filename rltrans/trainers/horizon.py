@@ -1,12 +1,15 @@
 """``agent.horizon``: one optional knob, in env steps, for how far a memory agent's window,
 rollouts and training segments reach. It sets costs, never how to learn: no task needs it.
 
-``auto`` (the memory agents' default) takes the distance from the env's time limit where
-rltrans knows it before the run (a torch-native task's); a Gymnasium id's time limit is a
-truncation budget, not a memory distance (CartPole-v1: 500 steps), so there ``auto`` changes
-nothing. An integer D says it directly; ``null`` leaves the agent and the algo as configured.
-It reads nothing else of an env: an env states its spaces and time limit, never how it should
-be learned. For a horizon of D steps:
+``auto`` (the memory agents' default) takes the distance from the env's time limit: a
+torch-native task declares its own; a Gymnasium env is observed before the run, for
+``PROBE_EPISODES`` episodes of uniformly random actions on one copy of it. Where every one of
+them lasts the same L steps, the env has a fixed length (an episode that asks for an answer at
+every step, or a time limit, declared or not) and D = L; where they differ, the length is up to
+the agent, as in a cart-pole (a ``spec.max_episode_steps`` of 500 there is a truncation budget,
+not a memory distance), and ``auto`` changes nothing. An integer D says it directly; ``null``
+leaves the agent and the algo as configured. It reads nothing else of an env: an env states its
+spaces and time limit, never how it should be learned. For a horizon of D steps:
 
 * transformer stacks (gtrxl, trxl, trxl_i), D <= 256: ``agent.memory`` becomes at least D, so
   every layer reaches back D steps in one attention hop.
@@ -46,6 +49,8 @@ AUTO_CHUNK = 64  # beyond the cap, rollout-long segments run in chunks of this m
 RETENTION_REACH = 4  # the slowest long-memory head starts at a time scale of this x D steps
 STACKS = ("gtrxl", "trxl", "trxl_i")
 RECURRENT = ("lstm", "gru")
+PROBE_EPISODES = 3  # random-action episodes that observe a Gymnasium env's length
+PROBE_STEPS = 4096  # an episode longer than this under random actions has no length taken
 
 
 def time_limit(env_cfg: Any) -> int | None:
@@ -57,6 +62,40 @@ def time_limit(env_cfg: Any) -> int | None:
 
     kwargs = dict(env_cfg.get("kwargs") or {})
     return make_torch_env(env_cfg.get("name"), 1, **kwargs).time_limit
+
+
+def observed_length(env_cfg: Any, seed: int) -> int | None:
+    """The one length of ``PROBE_EPISODES`` uniformly random-action episodes of a Gymnasium
+    env (one copy, seeded with ``seed``); None where two differ or one outlasts PROBE_STEPS."""
+    from rltrans.envs import make_env
+    from rltrans.run import building
+
+    config = {**OmegaConf.to_container(env_cfg, resolve=True), "num_envs": 1}
+    with building("env"):  # an unknown id or a bad kwarg: one line, exit 2
+        envs = make_env({**config, "vectorization": "sync"}, seed=seed)
+    try:
+        envs.reset(seed=seed)
+        length, steps, seen = None, 0, 0
+        while seen < PROBE_EPISODES:
+            _, _, terminated, truncated, _ = envs.step(envs.action_space.sample())
+            steps += 1
+            if steps > PROBE_STEPS:
+                return None
+            if bool(terminated[0]) or bool(truncated[0]):
+                if length is not None and steps != length:
+                    return None
+                length, steps, seen = steps, 0, seen + 1
+        return length
+    finally:
+        envs.close()
+
+
+def auto_distance(cfg: DictConfig) -> int | None:
+    """``agent.horizon=auto``'s distance: a torch task's time limit, a Gymnasium env's
+    observed fixed length (:func:`observed_length`), None where neither is known."""
+    if cfg.env.get("kind") == "gym":
+        return observed_length(cfg.env, int(cfg.get("seed") or 0))
+    return time_limit(cfg.env)
 
 
 def spanning_segment(distance: int, num_steps: int) -> int:
@@ -77,7 +116,7 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
     backbone = agent.get("backbone")
     if horizon is None or backbone not in (*STACKS, *RECURRENT) or algo.get("kind") == "offline":
         return cfg
-    distance = time_limit(cfg.env) if horizon == "auto" else int(horizon)
+    distance = auto_distance(cfg) if horizon == "auto" else int(horizon)
     if distance is None:  # nothing known: as configured, and said so in the saved config
         OmegaConf.update(cfg, "agent.horizon", None, force_add=True)
         return cfg
