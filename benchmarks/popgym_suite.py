@@ -338,7 +338,8 @@ def summary(results: list[Result], agents: list[str], chance_of: dict) -> str:
         ]
         ahead = {
             a: sum(
-                means[(e, level, a)] > max(means[(e, level, b)] for b in agents if b != a)
+                means[(e, level, a)]
+                > max((means[(e, level, b)] for b in agents if b != a), default=float("-inf"))
                 for e in above
             )
             for a in agents

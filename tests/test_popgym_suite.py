@@ -126,3 +126,14 @@ def test_every_registered_popgym_env_is_in_the_suite_at_each_level():
     assert all((name, level) in envs for name in names for level in suite.LEVELS)
     assert envs[("RepeatFirst", "medium")] == "popgym:popgym-RepeatFirstMedium-v0"
     assert set(suite.TWINS) <= names
+
+
+def test_the_level_summary_counts_a_lone_agent_ahead_where_it_beats_chance():
+    suite = load_suite()
+    results = [
+        suite.Result(env, "medium", "popgym", "gtrxl", 1, 0.0, score, None, 1.0, "")
+        for env, score in (("RepeatFirst", 1.0), ("CountRecall", 0.02))
+    ]
+    chance = {("RepeatFirst", "medium"): 0.25, ("CountRecall", "medium"): 0.03}
+    line = suite.summary(results, ["gtrxl"], chance).splitlines()[-1]
+    assert line == "| medium | 2 | 0.510 | 1 | 1 |"  # one env above chance, and it leads there
