@@ -7,10 +7,12 @@ resumed run's purged events stay hidden as TensorBoard hides them), groups the r
 config (the same ``config.yaml`` up to the seed and the knobs that change how a run goes, not
 what it learns: run_dir, resume, overwrite, progress, tensorboard, device, torch_threads,
 compile, checkpoint_every, keep_checkpoints) and draws one line per group: the mean over its
-seeds with a 95 % confidence band (Student's t interval of the mean). Each run's curve is
+seeds with a 95 % band: the percentile bootstrap interval of the mean over the seeds. It
+never leaves the seeds' own range (with two seeds it is that range), so it stays within the
+metric's; a t interval with 2 or 3 seeds is many times wider. Each run's curve is
 linearly interpolated onto the group's grid (every x a run of the group logged); at each x
-the seeds whose curves span it count. Lines are labelled by the config keys that differ
-between groups.
+the seeds whose curves span it count. Lines are labelled by the fewest config keys that tell
+the groups apart (what a run is, such as ``agent.backbone``, first).
 
 Options (``key=value``, anywhere among the run folders):
 
@@ -60,12 +62,9 @@ RUN_KNOBS = (
     "seed", "run_dir", "resume", "overwrite", "progress", "tensorboard", "device",
     "torch_threads", "compile", "checkpoint_every", "keep_checkpoints",
 )  # fmt: skip
-# Student's t quantile t_{0.975, df} for df = 1..30 (larger df: see _t975).
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
+RESAMPLES = 10_000  # bootstrap resamples of the seeds at each x (a fixed RNG: same band each time)
+# Keys that name what a run is; a label uses them first where they tell the groups apart.
+NAMING = ("agent.backbone", "agent.kind", "algo.kind", "env.name", "env.id", "dataset")
 
 
 class PlotError(ValueError):
@@ -89,7 +88,7 @@ class Group:
     runs: list[Path]
     x: np.ndarray  # (G,)
     mean: np.ndarray  # (G,)
-    low: np.ndarray  # (G,) lower end of the 95 % band (= mean with one seed)
+    low: np.ndarray  # (G,) lower end of the 95 % bootstrap band (= mean with one seed)
     high: np.ndarray  # (G,)
     n: np.ndarray  # (G,) int, seeds whose curve spans each x
 
@@ -210,31 +209,45 @@ def _quiet(logger: str) -> Iterator[None]:
 
 
 def group_runs(configs: dict[Path, dict[str, Any]]) -> list[tuple[str, list[Path]]]:
-    """Runs with equal configs together, in the order given, each group labelled by the keys
-    whose values differ between groups (those every group has, else all of them)."""
+    """Runs with equal configs together, in the order given, each group labelled by
+    :func:`telling_keys` of the keys whose values differ between groups."""
     groups: dict[str, list[Path]] = {}
     for run, cfg in configs.items():
         groups.setdefault(repr(sorted(cfg.items(), key=str)), []).append(run)
     firsts = [configs[runs[0]] for runs in groups.values()]
-    missing = object()
-    keys = sorted({k for cfg in firsts for k in cfg})
-    differ = [k for k in keys if len({repr(cfg.get(k, missing)) for cfg in firsts}) > 1]
-    shared = [k for k in differ if all(k in cfg for cfg in firsts)] or differ
+    keys = telling_keys(firsts)
     labels = [
-        " ".join(f"{k}={format_value(cfg[k])}" for k in shared if k in cfg) or "all runs"
+        " ".join(f"{k}={format_value(cfg[k])}" for k in keys if k in cfg) or "all runs"
         for cfg in firsts
     ]
     return list(zip(labels, groups.values(), strict=True))
 
 
-def _t975(df: int) -> float:
-    """Student's t quantile at 0.975 with ``df`` degrees of freedom (a 95 % two-sided band);
-    beyond the table, 1.96 + 2.37 / df (within 0.003 of the exact value)."""
-    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.37 / df
+def telling_keys(configs: list[dict[str, Any]]) -> list[str]:
+    """The fewest keys, taken greedily, whose values tell ``configs`` apart: among the keys
+    that differ (those every config has, else all), the naming keys first, then the keys
+    that split the configs into the most distinct values."""
+    missing = object()
+
+    def values(key: str) -> list[str]:
+        return [repr(cfg.get(key, missing)) for cfg in configs]
+
+    keys = sorted({k for cfg in configs for k in cfg})
+    differ = [k for k in keys if len(set(values(k))) > 1]
+    differ = [k for k in differ if all(k in cfg for cfg in configs)] or differ
+    order = sorted(differ, key=lambda k: (k not in NAMING, -len(set(values(k))), k))
+    chosen: list[str] = []
+    for key in order:
+        rows = {tuple(values(k)[i] for k in chosen) for i in range(len(configs))}
+        if len(rows) == len(configs):
+            break
+        chosen.append(key)
+    return sorted(chosen, key=lambda k: (k not in NAMING, k))
 
 
 def mean_band(label: str, curves: list[Curve]) -> Group:
-    """The group's mean curve and 95 % band over its seeds on the union of their x values."""
+    """The group's mean curve and 95 % bootstrap band over its seeds (:func:`bootstrap_band`)
+    on the union of their x values."""
     grid = np.unique(np.concatenate([c.x for c in curves]))  # (G,)
     values = np.full((len(curves), len(grid)), np.nan)  # (S, G): seeds x grid
     for i, c in enumerate(curves):
@@ -242,14 +255,24 @@ def mean_band(label: str, curves: list[Curve]) -> Group:
         values[i, spans] = np.interp(grid[spans], c.x, c.y)
     n = np.isfinite(values).sum(axis=0)  # (G,)
     mean = np.nanmean(values, axis=0)
-    half = np.zeros_like(mean)
-    several = n >= 2
-    if several.any():
-        sd = np.nanstd(values[:, several], axis=0, ddof=1)
-        t = np.array([_t975(int(k) - 1) for k in n[several]])
-        half[several] = t * sd / np.sqrt(n[several])
+    low, high = mean.copy(), mean.copy()
+    rng = np.random.default_rng(0)
+    picks = {}  # seeds -> (RESAMPLES, seeds) indices, drawn once per count
+    for j in np.flatnonzero(n >= 2):
+        seeds = values[np.isfinite(values[:, j]), j]
+        if len(seeds) not in picks:
+            picks[len(seeds)] = rng.integers(0, len(seeds), (RESAMPLES, len(seeds)))
+        low[j], high[j] = bootstrap_band(seeds, picks[len(seeds)])
     runs = [c.run for c in curves]
-    return Group(label, runs, grid, mean, mean - half, mean + half, n)
+    return Group(label, runs, grid, mean, low, high, n)
+
+
+def bootstrap_band(seeds: np.ndarray, picks: np.ndarray) -> tuple[float, float]:
+    """The 2.5 and 97.5 percentiles of the mean of ``seeds`` resampled with replacement
+    (``picks``: (B, S) indices): the percentile bootstrap's 95 % interval of the mean."""
+    means = seeds[picks].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(max(low, seeds.min())), float(min(high, seeds.max()))
 
 
 # --------------------------------------------------------------------------------- outputs
@@ -282,7 +305,9 @@ def draw_png(path: Path, groups: list[Group], tag: str, x: str) -> None:
         ax.fill_between(g.x, g.low, g.high, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("step" if x == "step" else "seconds since the run's first value")
     ax.set_ylabel(tag)
-    ax.set_title("mean over seeds with a 95 % confidence band", fontsize="medium")
+    several = any(int(g.n.max()) > 1 for g in groups)
+    title = "mean over seeds, 95 % bootstrap band" if several else "one seed a line: no band"
+    ax.set_title(title, fontsize="medium")
     ax.grid(alpha=0.3)
     # Below the axes: labels of several differing keys are long.
     fig.legend(loc="outside lower center", fontsize="small")

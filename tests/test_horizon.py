@@ -162,6 +162,8 @@ def test_a_run_saves_the_fitted_agent_and_resumes_and_evaluates_it(tmp_path, cap
     assert "agent.horizon" not in capsys.readouterr().err  # said once, when the run started
     again = ["env.kwargs.length=40", "total_steps=384", f"run_dir={run}", "resume=true", *common]
     assert train.main(again) == 0  # the first command repeated: it compares equal
+    err = capsys.readouterr().err  # where it continues: 384 steps are two updates of 256
+    assert f"resuming {run} at step 256 of 512 (" in err
     assert evaluate.main([f"checkpoint={run}", "episodes=2", "progress=false"]) == 0
 
 

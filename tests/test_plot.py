@@ -24,10 +24,19 @@ DRAWS = pytest.mark.skipif(
 )
 
 
-def make_run(path: Path, values: dict[int, float], seed: int, dim: int = 16, **metrics) -> Path:
-    """A run folder: config.yaml and events of charts/episodic_return (plus ``metrics``)."""
+def make_run(
+    path: Path,
+    values: dict[int, float],
+    seed: int,
+    dim: int = 16,
+    agent: dict | None = None,
+    **metrics,
+) -> Path:
+    """A run folder: config.yaml (``agent`` for its agent section) and events of
+    charts/episodic_return (plus ``metrics``)."""
     path.mkdir(parents=True)
-    config = {"agent": {"dim": dim, "backbone": "gtrxl"}, "seed": seed, "run_dir": str(path)}
+    agent = agent or {"dim": dim, "backbone": "gtrxl"}
+    config = {"agent": agent, "seed": seed, "run_dir": str(path)}
     (path / "config.yaml").write_text(yaml.safe_dump(config))
     with MetricLogger(path) as logger:
         for step, value in values.items():
@@ -69,15 +78,48 @@ def test_seeds_of_one_config_become_their_mean_with_a_band(tmp_path, capsys):
     assert [r["step"] for r in two] == [0, 10, 20]
     assert [r["mean"] for r in two] == [2.0, 5.0, 7.0]  # the mean of the two seeds
     assert all(r["n_seeds"] == 2 for r in two)
-    # 95 % t interval with 2 seeds: mean +- t(0.975, 1) * sd / sqrt(2), sd = |a - b| / sqrt(2)
-    for r, spread in zip(two, (2.0, 4.0, 4.0), strict=True):
-        half = 12.706 * (spread / np.sqrt(2)) / np.sqrt(2)
-        assert (r["low"], r["high"]) == pytest.approx((r["mean"] - half, r["mean"] + half))
+    # the bootstrap mean of 2 seeds is the lower one, their mean or the higher one with
+    # probability 1/4, 1/2, 1/4: its 95 % interval is the two seeds' range
+    assert [(r["low"], r["high"]) for r in two] == [(1.0, 3.0), (3.0, 7.0), (5.0, 9.0)]
     one = rows["agent.dim=32"]
     assert [(r["mean"], r["low"], r["high"], r["n_seeds"]) for r in one] == [
         (0.0, 0.0, 0.0, 1),
         (1.0, 1.0, 1.0, 1),
         (2.0, 2.0, 2.0, 1),
+    ]
+
+
+def test_the_band_of_four_seeds_is_the_bootstrap_interval_inside_their_range():
+    from rltrans.plot import Curve, mean_band
+
+    x = np.array([0.0, 1.0])
+    values = (-1.0, 0.0, 0.0, 1.0)
+    seeds = [Curve(Path(f"s{i}"), x, np.array([v, -v])) for i, v in enumerate(values)]
+    group = mean_band("g", seeds)
+    assert list(group.mean) == [0.0, 0.0]
+    # the mean of 4 seeds drawn with replacement, over all 256 equally likely draws: P(-1) =
+    # 0.4 %, P(<= -0.75) = 3.5 %, so its 2.5 and 97.5 percentiles are -0.75 and 0.75 (with 2
+    # or 3 seeds an extreme has mass >= 3.7 %: the band is their range)
+    assert list(group.low) == [-0.75, -0.75]
+    assert list(group.high) == [0.75, 0.75]
+    t_half = 3.182 * np.std(values, ddof=1) / 2  # a t interval: +-1.30 for a [-1, 1] metric
+    assert group.high[0] < 1.0 < t_half
+
+
+@DRAWS
+def test_lines_are_labelled_by_the_fewest_keys_that_tell_them_apart(tmp_path, capsys):
+    gtrxl = {"backbone": "gtrxl", "memory": 32, "heads": 4, "dim": 64}
+    gru = {"backbone": "gru", "memory": 0, "heads": 1, "dim": 64}
+    a = make_run(tmp_path / "a", {0: 0.0, 10: 1.0}, seed=1, agent=gtrxl)
+    b = make_run(tmp_path / "b", {0: 0.0, 10: 1.0}, seed=1, agent=gru)
+    c = make_run(tmp_path / "c", {0: 0.0, 10: 1.0}, seed=1, agent={**gru, "dim": 128})
+    code, out, _ = plot(tmp_path, capsys, str(a), str(b), str(c))
+    assert code == 0
+    labels = [g["label"] for g in summary_line(out)["groups"]]
+    assert labels == [
+        "agent.backbone=gtrxl agent.dim=64",
+        "agent.backbone=gru agent.dim=64",
+        "agent.backbone=gru agent.dim=128",
     ]
 
 

@@ -4,6 +4,7 @@ online trainers' periodic evaluation."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -137,7 +138,13 @@ def logger_and_bar(
     cfg: DictConfig, run: Any, step: int, total: int, unit: str, *, main: bool = True
 ) -> tuple[MetricLogger, ProgressBar | None]:
     """The TensorBoard logger (events after the checkpoint of an interrupted process hidden)
-    and the progress bar (``progress=true``) of a run at ``step`` of ``total``."""
+    and the progress bar (``progress=true``) of a run at ``step`` of ``total``. A resumed
+    run, its saved state restored, first says on stderr where it continues."""
+    if cfg.resume and main:
+        print(
+            f"resuming {run.dir} at {unit} {step:,} of {total:,} ({run.latest_checkpoint()})",
+            file=sys.stderr,
+        )
     purge = step + 1 if cfg.resume else None  # events AT its step were logged before it
     tensorboard = cfg.tensorboard and main
     dir_fd = getattr(run, "dir_fd", None)  # the run folder's descriptor: tb/ is reached by it
