@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -232,6 +233,8 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
     if deterministic is None:  # the policy's default
         deterministic = info.get("deterministic", False)
     n = cfg.num_envs
+    root = "$MINARI_DATASETS_PATH" if os.environ.get("MINARI_DATASETS_PATH") else "Minari's default"
+    print(f"collecting {cfg.dataset_id} into {path} ({root})", file=sys.stderr, flush=True)
 
     # Episodes split evenly over the epsilon values, each part with its own seeds.
     episodes = []

@@ -146,7 +146,10 @@ def dataset(tmp_path, monkeypatch, capsys) -> str:
         "progress=false",
     ]
     assert collect_main(args) == 0
-    capsys.readouterr()
+    where = tmp_path / "minari" / "rltrans" / "cp-resume-v0"  # said before it collects
+    assert f"collecting rltrans/cp-resume-v0 into {where} ($MINARI_DATASETS_PATH)" in (
+        capsys.readouterr().err
+    )
     return "rltrans/cp-resume-v0"
 
 
