@@ -386,8 +386,8 @@ class ProgressBar:
 
     The bar is off when stderr is not a TTY or `RLTRANS_NO_PROGRESS=1`; then a line
     such as `train: 40.0k/1.0M step (4%) | 1.2k SPS | 0:00:33 elapsed | eta 0:13:20
-    | ret=12.5` goes to stderr every `every_s` seconds (env `RLTRANS_PROGRESS_EVERY_S`
-    overrides the default) and once on close.
+    | ret=12.5` goes to stderr after the first update, every `every_s` seconds after that
+    (env `RLTRANS_PROGRESS_EVERY_S` overrides the default) and once on close.
 
     Example:
         >>> with ProgressBar(total_steps, "train") as bar:
@@ -448,8 +448,13 @@ class ProgressBar:
             if postfix:
                 self._bar.set_postfix(self._postfix, refresh=False)
             self._bar.update(n)
-        elif time.monotonic() - self._last_time >= self.every_s:
+        elif time.monotonic() - self._last_time >= self.every_s or self._first_line_due():
             self._print_line()
+
+    def _first_line_due(self) -> bool:
+        """Off a terminal, the first update prints a line at once (with the rate and the ETA
+        it already knows), unless the bar stays quiet for quick work."""
+        return self._lines == 0 and not self.quiet_if_quick
 
     def _print_line(self) -> None:
         now = time.monotonic()
@@ -496,6 +501,17 @@ class ProgressBar:
 # ----------------------------------------------------------------------------- summary
 
 
+def _rounded(value: Any) -> Any:
+    """``value`` with every float rounded to SUMMARY_DIGITS significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.{SUMMARY_DIGITS}g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def _json_safe(value: Any) -> Any:
     """Plain JSON values: NaN/inf -> None, tensors and arrays -> numbers or lists."""
     if isinstance(value, torch.Tensor):
@@ -512,8 +528,12 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+SUMMARY_DIGITS = 6  # significant digits of a float in the summary line (float32 noise dropped)
+
+
 def print_summary(summary: Mapping[str, Any], *, file: TextIO | None = None) -> None:
-    """Print `summary` as one line of JSON on stdout (non-finite floats become null) and flush."""
-    line = json.dumps(_json_safe(summary), allow_nan=False, default=str)
+    """Print `summary` as one line of JSON on stdout (non-finite floats become null, floats
+    keep SUMMARY_DIGITS significant digits) and flush."""
+    line = json.dumps(_rounded(_json_safe(summary)), allow_nan=False, default=str)
     stream = file if file is not None else sys.stdout
     print(line, file=stream, flush=True)

@@ -281,8 +281,8 @@ def test_auto_compile_stays_eager_when_the_run_is_too_short():
     chooser, calls, lines = choose([1.0] * 100, [], 100)
     assert chooser.choice == "eager" and calls == []
     assert lines == [
-        "compile=auto: staying eager (98 updates left x 1.00 s eager, ~1.5x faster compiled:"
-        " saves ~33 s against ~60 s of compilation)"
+        "compile=auto: staying eager (98 updates left x 1.00 s eager, ~1.5x faster: ~33 s saved"
+        " <= ~60 s to compile)"
     ]
 
 

@@ -208,13 +208,20 @@ def test_progress_bar_is_quiet_between_intervals(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
     stream = io.StringIO()
     bar = ProgressBar(None, "collect", unit="episode", every_s=3600.0, stream=stream)
-    for _ in range(50):
+    bar.update(1)
+    (first,) = stream.getvalue().splitlines()  # at once: the run is under way
+    assert first.startswith("collect: 1.00 episode")
+    for _ in range(49):
         bar.update(1)
-    assert stream.getvalue() == ""
+    assert stream.getvalue().splitlines() == [first]
     bar.close()
     bar.close()
-    (line,) = stream.getvalue().splitlines()
-    assert line.startswith("collect: 50.0 episode")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("collect: 50.0 episode")  # once on close
+    quick = io.StringIO()
+    with ProgressBar(10, "eval", every_s=3600.0, stream=quick, quiet_if_quick=True) as bar:
+        bar.update(10)
+    assert quick.getvalue() == ""  # quick work says nothing
 
 
 def test_progress_bar_env_var_disables_the_tty_bar(monkeypatch: pytest.MonkeyPatch) -> None:

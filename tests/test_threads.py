@@ -91,7 +91,7 @@ def test_streams_are_a_plan_of_their_own():
                 time.sleep(seconds[tuner.plan])
         assert used == [(one, 1), (two, 2), (streams, 1)] * 3
         assert tuner.chosen_plan == chosen and tuner.plan == chosen
-        assert f"learner step uses {chosen} (speed vs 1 thread" in lines[0]
+        assert f"learner step uses {chosen} (median 1 thread " in lines[0]
         restored = ThreadTuner("learner step", (1, 2), streams=True)
         restored.load_state_dict(tuner.state_dict())
         assert restored.chosen_plan == chosen
@@ -156,7 +156,7 @@ def test_a_hopeless_plan_is_not_timed_again():
     used = run_calls(tuner, {1: 0.01, 2: 0.1}, 8)
     assert used == [1, 2, 1, 2, 1, 2, 1, 1]  # after two counted calls 2 is not tried again
     assert tuner.dropped == [Plan(2)] and len(tuner.times[Plan(2)]) == 2
-    assert tuner.chosen == 1 and "2 threads: timed no further, over 3x slower" in lines[0]
+    assert tuner.chosen == 1 and "2 threads over 3x slower, dropped" in lines[0]
     # Within the factor both are timed to the end, as before.
     close = ThreadTuner("learner step", (1, 2), trials=4, warmup=1)
     assert run_calls(close, {1: 0.01, 2: 0.02}, 10) == [1, 2] * 5 and not close.dropped

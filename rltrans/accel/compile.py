@@ -342,17 +342,16 @@ class AutoCompile:
             t = min(self.eager)
             saving = self.updates_left * t * (1.0 - 1.0 / self.speedup)
             figures = (
-                f"{self.updates_left} updates left x {t:.2f} s eager, ~{self.speedup}x faster "
-                f"compiled: saves ~{saving:.0f} s against ~{self.compile_seconds:.0f} s of "
-                f"compilation"
+                f"{self.updates_left} updates left x {t:.2f} s eager, ~{self.speedup}x faster: "
+                f"~{saving:.0f} s saved {{}} ~{self.compile_seconds:.0f} s to compile"
             )
             if saving > self.compile_seconds:
                 self.choice = "compiled"
-                self.report(f"compile=auto: compiling ({figures})")
+                self.report(f"compile=auto: compiling ({figures.format('>')})")
                 self.enable()
             else:
                 self.choice = "eager"
-                self.report(f"compile=auto: staying eager ({figures})")
+                self.report(f"compile=auto: staying eager ({figures.format('<=')})")
             return
         if self.compiling:  # choice == "compiled"; this update paid the compilation
             self.compiling = False

@@ -192,26 +192,20 @@ class ThreadTuner:
         )
         if self.report is None:
             return
-        one = medians[self.plans[0]]
-        speeds = ", ".join(f"{p}: {one / m:.2f}x ({_ms(m)} ms)" for p, m in medians.items())
-        timings = f"median of {self.trials} calls each: {speeds}"
+        timings = "median " + ", ".join(f"{p} {_ms(m)} ms" for p, m in medians.items())
         if self.dropped:
             slow = ", ".join(str(p) for p in self.dropped)
-            timings += f"; {slow}: timed no further, over {self.hopeless:g}x slower"
+            timings += f"; {slow} over {self.hopeless:g}x slower, dropped"
         if noisy:
             spread = ", ".join(
                 f"{p} {_ms(min(self.times[p]))}-{_ms(max(self.times[p]))} ms" for p in noisy
             )
-            self.report(
-                f"torch_threads=auto: {self.name} uses {self.chosen_plan}: the machine was busy, "
-                f"the times spread more than they differ ({spread}), so the fewest threads were "
-                f"kept ({timings})"
+            self.report(  # the fewest: the times cannot tell the plans apart
+                f"torch_threads=auto: {self.name} uses {self.chosen_plan} (busy machine, "
+                f"times overlap: {spread})"
             )
         else:
-            self.report(
-                f"torch_threads=auto: {self.name} uses {self.chosen_plan} (speed vs "
-                f"{self.plans[0]}, {timings})"
-            )
+            self.report(f"torch_threads=auto: {self.name} uses {self.chosen_plan} ({timings})")
 
     def _noisy(self, medians: dict[Plan, float]) -> list[Plan]:
         """The plans (the fewest-core plan first) whose median differs from the fewest-core

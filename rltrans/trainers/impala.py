@@ -273,7 +273,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
                     for scaler in scalers or ():  # running returns belong to the cut episodes
                         scaler.returns.zero_()
             if bar is not None:
-                bar.update(steps_per_update, SPS=f"{sps:.0f}", ret=tracker.mean_return)
+                bar.update(steps_per_update, ret=tracker.mean_return)
             if stopping:
                 status = "interrupted"
                 if world.is_main:

@@ -128,7 +128,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
                 # an interrupted run continues exactly as this one does.
                 actor.restart(seed=cfg.seed + state.update)
             if bar is not None:
-                bar.update(steps_per_update, SPS=f"{sps:.0f}", ret=tracker.mean_return)
+                bar.update(steps_per_update, ret=tracker.mean_return)
             if stopping:
                 status = "interrupted"
                 stop.report(global_step, run.latest_checkpoint(), run.dir)
