@@ -501,6 +501,9 @@ class ProgressBar:
 # ----------------------------------------------------------------------------- summary
 
 
+SUMMARY_DIGITS = 6  # significant digits of a float in the summary line (float32 noise dropped)
+
+
 def _rounded(value: Any) -> Any:
     """``value`` with every float rounded to SUMMARY_DIGITS significant digits."""
     if isinstance(value, float):
@@ -526,9 +529,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
-
-
-SUMMARY_DIGITS = 6  # significant digits of a float in the summary line (float32 noise dropped)
 
 
 def print_summary(summary: Mapping[str, Any], *, file: TextIO | None = None) -> None:

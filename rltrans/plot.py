@@ -228,18 +228,14 @@ def telling_keys(configs: list[dict[str, Any]]) -> list[str]:
     that differ (those every config has, else all), the naming keys first, then the keys
     that split the configs into the most distinct values."""
     missing = object()
-
-    def values(key: str) -> list[str]:
-        return [repr(cfg.get(key, missing)) for cfg in configs]
-
     keys = sorted({k for cfg in configs for k in cfg})
-    differ = [k for k in keys if len(set(values(k))) > 1]
+    values = {k: [repr(cfg.get(k, missing)) for cfg in configs] for k in keys}
+    differ = [k for k in keys if len(set(values[k])) > 1]
     differ = [k for k in differ if all(k in cfg for cfg in configs)] or differ
-    order = sorted(differ, key=lambda k: (k not in NAMING, -len(set(values(k))), k))
+    order = sorted(differ, key=lambda k: (k not in NAMING, -len(set(values[k])), k))
     chosen: list[str] = []
     for key in order:
-        rows = {tuple(values(k)[i] for k in chosen) for i in range(len(configs))}
-        if len(rows) == len(configs):
+        if len(set(zip(*(values[k] for k in chosen), strict=True))) == len(configs):
             break
         chosen.append(key)
     return sorted(chosen, key=lambda k: (k not in NAMING, k))

@@ -341,17 +341,19 @@ class AutoCompile:
                 return
             t = min(self.eager)
             saving = self.updates_left * t * (1.0 - 1.0 / self.speedup)
+            repays = saving > self.compile_seconds
             figures = (
                 f"{self.updates_left} updates left x {t:.2f} s eager, ~{self.speedup}x faster: "
-                f"~{saving:.0f} s saved {{}} ~{self.compile_seconds:.0f} s to compile"
+                f"~{saving:.0f} s saved {'>' if repays else '<='} ~{self.compile_seconds:.0f} s "
+                "to compile"
             )
-            if saving > self.compile_seconds:
+            if repays:
                 self.choice = "compiled"
-                self.report(f"compile=auto: compiling ({figures.format('>')})")
+                self.report(f"compile=auto: compiling ({figures})")
                 self.enable()
             else:
                 self.choice = "eager"
-                self.report(f"compile=auto: staying eager ({figures.format('<=')})")
+                self.report(f"compile=auto: staying eager ({figures})")
             return
         if self.compiling:  # choice == "compiled"; this update paid the compilation
             self.compiling = False
