@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place: pyproject.toml reads it, CHANGELOG.md names it
 __all__ = ["__version__", "load_policy"]
 
 if TYPE_CHECKING:

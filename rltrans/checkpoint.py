@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 import pickle
 import random
@@ -57,10 +56,9 @@ CheckpointMismatchError = SpaceMismatchError
 
 
 def _rltrans_version() -> str:
-    try:
-        return importlib.metadata.version("rltrans")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    from rltrans import __version__
+
+    return __version__
 
 
 # ----------------------------------------------------------------------------- validation

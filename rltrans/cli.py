@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from omegaconf import OmegaConf
 
+from rltrans import __version__
 from rltrans.checkpoint import CheckpointError
 from rltrans.config import ConfigError, config_help, load_config
 from rltrans.fsutil import UnsafePathError
@@ -27,12 +28,15 @@ def _print_to_pipe(text: str) -> None:
 
 
 def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -> int:
-    """Shared body of the command-line tools: ``--help``, ``--cfg``, config errors and the
-    one-line JSON summary. ``run(cfg) -> summary`` gets a config that passed
+    """Shared body of the command-line tools: ``--help``, ``--version``, ``--cfg``, config
+    errors and the one-line JSON summary. ``run(cfg) -> summary`` gets a config that passed
     :func:`rltrans.config.load_config`'s checks; exit code 2 for a user error, 128 + the
     signal's number (130 SIGINT, 143 SIGTERM) when the summary's status is "interrupted",
     1 for any other status but "finished", else 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--version" in argv:
+        print(f"rltrans {__version__}")
+        return 0
     overrides = [a for a in argv if a not in ("--cfg", "--help", "-h")]
     try:
         if "--help" in argv or "-h" in argv:

@@ -360,6 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     if "--help" in argv or "-h" in argv:
         print(__doc__.strip())
         return 0
+    if "--version" in argv:
+        from rltrans import __version__
+
+        print(f"rltrans {__version__}")
+        return 0
     try:
         summary = plot(argv)
     except PlotError as err:
