@@ -441,7 +441,7 @@ def agent_overrides(entries: list[str], agents: list[str]) -> dict[str, list[str
     overrides: dict[str, list[str]] = {agent: [] for agent in agents}
     for entry in entries:
         agent, colon, override = entry.partition(":")
-        if not colon:
+        if not colon or "=" in agent:  # no prefix: a ':' inside the value (a YAML mapping)
             agent, override = "", entry
         if "=" not in override or (agent and agent not in agents):
             raise ValueError(

@@ -137,3 +137,9 @@ def test_the_level_summary_counts_a_lone_agent_ahead_where_it_beats_chance():
     chance = {("RepeatFirst", "medium"): 0.25, ("CountRecall", "medium"): 0.03}
     line = suite.summary(results, ["gtrxl"], chance).splitlines()[-1]
     assert line == "| medium | 2 | 0.510 | 1 | 1 |"  # one env above chance, and it leads there
+
+
+def test_a_set_value_holding_a_colon_is_not_read_as_an_agent_prefix():
+    wrappers = "env.wrappers=[{path: gymnasium.wrappers.FlattenObservation}]"
+    sets = load_suite().agent_overrides([wrappers, "gru:algo.gamma=0.5"], ["gtrxl", "gru"])
+    assert sets == {"gtrxl": [wrappers], "gru": [wrappers, "algo.gamma=0.5"]}
