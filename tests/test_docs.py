@@ -1,0 +1,189 @@
+"""The documentation site says what the code does: the configuration reference holds every key
+of every YAML file with its comment, every example a page marks ``<!-- runs -->`` runs as
+written, the README stays a front door (short, its links alive) and every section that moved
+from it to the site is still there. ``.ci/run`` also builds the site with ``mkdocs build
+--strict`` (broken links, pages missing from the navigation, API symbols that no longer exist).
+
+A page marks an example that runs in seconds with an HTML comment on the line before its
+fence (invisible on the site):
+
+* ``<!-- runs -->`` before a ```` ```bash ```` block: its commands run in order in bash
+  (``set -euo pipefail``); before a ```` ```python ```` block: the block runs as a script;
+* ``<!-- runs: file=NAME -->``: the block is written to the file NAME (a module the next
+  blocks import, such as a user's env).
+
+A page's examples run in order, in one fresh folder (the current directory, also on
+``PYTHONPATH``), with ``python`` the interpreter running the tests and Minari's datasets in
+that folder. They take minutes, so they are marked ``docs``: ``python -m pytest -m docs`` runs
+them, as ``.ci/run`` does after the default tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+MARKED = re.compile(
+    r"^<!-- runs(?:: file=(?P<file>[\w./-]+))? -->\n```(?P<lang>\w+)[^\n]*\n(?P<body>.*?)^```",
+    re.S | re.M,
+)
+EXAMPLE_TIMEOUT_S = 600
+README_MAX_LINES = 200
+
+
+@functools.cache
+def _hooks():
+    """docs/hooks.py as a module (it imports nothing from MkDocs at the top)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _flat_keys(data: dict, prefix: str = "") -> list[str]:
+    """Every key of a loaded YAML mapping, nested ones dotted (``defaults`` left out)."""
+    keys = []
+    for key, value in data.items():
+        if not prefix and key == "defaults":
+            continue
+        keys.append(prefix + key)
+        if isinstance(value, dict) and value:
+            keys += _flat_keys(value, f"{prefix}{key}.")
+    return keys
+
+
+YAMLS = sorted(p.relative_to(ROOT / "configs") for p in (ROOT / "configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", YAMLS, ids=str)
+def test_every_config_key_is_in_the_reference_with_its_comment(path):
+    hooks = _hooks()
+    text = (ROOT / "configs" / path).read_text()
+    knobs = {k.key: k for k in hooks.knobs(text)}
+    keys = _flat_keys(yaml.safe_load(text) or {})
+    assert keys, path
+    assert sorted(knobs) == sorted(keys), f"{path}: the parser and YAML disagree"
+    undocumented = [key for key in keys if not knobs[key].doc]
+    assert not undocumented, f"{path}: keys without a comment: {undocumented}"
+    reference = hooks.config_reference()
+    heading = "### `" + f"{path.parent}={path.stem}`" if str(path.parent) != "." else None
+    section = reference.split(heading, 1)[1] if heading else reference
+    for key in keys:
+        assert f"| `{key}` |" in section, f"{path}: {key} missing from the reference"
+
+
+def test_the_reference_parser_reads_nested_keys_and_continued_comments():
+    knobs = _hooks().knobs(
+        "# header\ndefaults:\n  - ppo\n  - _self_\n"
+        "a: 1      # first\n          #   more\nb:        # a mapping\n  c: x    # nested\n"
+    )
+    assert [(k.key, k.default, k.doc) for k in knobs] == [
+        ("a", "1", "first more"),
+        ("b", "", "a mapping"),
+        ("b.c", "x", "nested"),
+    ]
+
+
+def test_the_api_source_maps_the_folders_that_install_under_rltrans():
+    text = (ROOT / "pyproject.toml").read_text()
+    mapped = dict(re.findall(r'"rltrans\.(\w+)" = "(\w+)"', text))
+    assert mapped == _hooks().MAPPED
+
+
+def _pages_with_examples() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if MARKED.search(p.read_text()))
+
+
+@pytest.mark.docs
+@pytest.mark.parametrize("page", _pages_with_examples(), ids=lambda p: str(p.relative_to(DOCS)))
+def test_a_pages_marked_examples_run_as_written(page, tmp_path):
+    bin_dir = tmp_path / ".bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "python"  # a script, not a link: a venv's python finds its venv by its path
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    shim.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join(
+            [str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]]
+        ),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        "MINARI_DATASETS_PATH": str(tmp_path / "minari"),
+        "OMP_NUM_THREADS": "1",
+    }
+    for i, match in enumerate(MARKED.finditer(page.read_text())):
+        body, lang = match["body"], match["lang"]
+        if match["file"]:
+            (tmp_path / match["file"]).write_text(body)
+            continue
+        if lang == "bash":
+            command = ["bash", "-euo", "pipefail", "-c", body]
+        elif lang == "python":
+            script = tmp_path / f".example_{i}.py"
+            script.write_text(body)
+            command = [sys.executable, str(script)]
+        else:
+            raise AssertionError(f"{page}: a runnable block must be bash or python, not {lang}")
+        done = subprocess.run(
+            command,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=EXAMPLE_TIMEOUT_S,
+        )
+        assert done.returncode == 0, f"{page} example {i}:\n{body}\n{done.stdout}\n{done.stderr}"
+
+
+def test_the_readme_is_a_front_door():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
+
+
+def test_the_readmes_links_resolve():
+    text = README.read_text()
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        assert (ROOT / target).exists(), f"README.md links to a missing {target}"
+
+
+# Every README section that moved to the site, where it lives now and a phrase that carries
+# its claim (the phrase must be on that page).
+MOVED = {
+    "Install": ("getting-started.md", "torch==2.13.0"),
+    "Quickstart": ("getting-started.md", "python -m rltrans.train"),
+    "Training: python -m rltrans.train": ("guides/train.md", "exits with code 2"),
+    "Environments": ("guides/own-env.md", "env.wrappers"),
+    "Evaluation: python -m rltrans.evaluate": ("guides/evaluate.md", "video=true"),
+    "Offline: Decision Transformer and behaviour cloning": ("guides/offline.md", "dqn_replay"),
+    "IMPALA: algo=impala": ("guides/impala.md", "torchrun"),
+    "Universal Transformer with ACT": ("concepts/attention-core.md", "ut_act"),
+    "Memory: how far back an agent remembers": ("concepts/memory.md", "agent.horizon"),
+    "The memory suite: benchmarks/memory_suite.py": ("benchmarks/memory.md", "memory_suite.py"),
+    "POPGym's own envs: memory_suite.py --suite popgym": ("benchmarks/memory.md", "--suite popgym"),
+    "Speed": ("guides/speed.md", "torch_threads"),
+    "Run folders, metrics, summary line": ("concepts/run-folder.md", "config.yaml"),
+    "Learning curves: python -m rltrans.plot": ("guides/plot.md", "bootstrap"),
+    "Reproducibility and safety": ("guides/resume-safety.md", "trust_env_code"),
+    "Python API": ("guides/evaluate.md", "load_policy"),
+    "Results": ("benchmarks/index.md", "RESULTS.md"),
+}
+
+
+@pytest.mark.parametrize("section", sorted(MOVED))
+def test_a_section_that_left_the_readme_is_on_the_site(section):
+    page, phrase = MOVED[section]
+    assert phrase in (DOCS / page).read_text(), f"{section!r}: {phrase!r} not in docs/{page}"
