@@ -37,6 +37,10 @@ def test_auto_fits_the_tmaze_corridor_and_spans_the_rollout_beyond_the_window_ca
     assert (cfg.algo.num_steps, cfg.algo.segment_length, cfg.agent.chunk) == (1024, 1024, 32)
     cfg = fitted("env.kwargs.length=300", "agent.long_memory=linear", "algo.gamma=0.9999")
     assert (cfg.agent.long_memory, cfg.algo.gamma) == ("linear", 0.9999)  # given: kept
+    cfg = fitted("env.kwargs.length=100", "agent.memory=8", "algo.segment_length=32")
+    assert (cfg.agent.memory, cfg.algo.segment_length) == (8, 32)  # given: kept, not raised
+    cfg = fitted("env.kwargs.length=300", "algo.num_steps=256", "algo.segment_length=64")
+    assert (cfg.algo.num_steps, cfg.algo.segment_length) == (256, 64)
     cfg = fitted("env=passive_tmaze", "env.kwargs.length=8")  # short: defaults stay
     assert (cfg.agent.horizon, cfg.agent.memory, cfg.algo.segment_length) == (9, 32, 128)
     cfg = fitted("agent=trxl", "env.kwargs.length=300")  # none configured: mixed beyond the cap

@@ -150,7 +150,8 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
             span = splitting_segment(num_steps, span, cfg.env.num_envs, algo.num_minibatches)
         changes["algo.segment_length"] = max(algo.segment_length, span)
     for key, value in changes.items():
-        OmegaConf.update(cfg, key, value, force_add=True)
+        if key == "agent.horizon" or key not in given:  # a value given stays as given
+            OmegaConf.update(cfg, key, value, force_add=True)
     return cfg
 
 
