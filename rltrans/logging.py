@@ -349,11 +349,33 @@ class EpisodeTracker:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict` (a resumed run logs the same window means)."""
+        """Continue from :meth:`state_dict` (a resumed run logs the same window means).
+        ValueError naming the entry where a saved window holds anything but its kind of
+        value (finite returns, lengths >= 0, booleans), or more values than the window."""
+        number = (int, float, np.integer, np.floating)
+        kinds = {
+            "returns": lambda v: isinstance(v, number) and not isinstance(v, bool)
+            and math.isfinite(v),
+            "lengths": lambda v: isinstance(v, int | np.integer) and not isinstance(v, bool)
+            and v >= 0,
+            "successes": lambda v: isinstance(v, bool | np.bool_),
+        }  # fmt: skip
+        for name, valid in kinds.items():
+            values = state[name]
+            if not isinstance(values, list | tuple) or len(values) > self._returns.maxlen:
+                raise ValueError(
+                    f"episodes.{name}: expected a list of at most {self._returns.maxlen} values"
+                )
+            for value in values:
+                if not valid(value):
+                    raise ValueError(f"episodes.{name} holds {type(value).__name__} {value!r:.40}")
+        seen = state["episodes_seen"]
+        if not isinstance(seen, int) or isinstance(seen, bool) or seen < 0:
+            raise ValueError(f"episodes.episodes_seen={seen!r:.40}: expected an integer >= 0")
         self._returns.extend(state["returns"])
         self._lengths.extend(state["lengths"])
         self._successes.extend(state["successes"])
-        self.episodes_seen = int(state["episodes_seen"])
+        self.episodes_seen = seen
 
     def metrics(self) -> dict[str, float]:
         """Window means under the standard chart names, for the metrics seen so far."""

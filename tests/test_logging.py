@@ -148,6 +148,27 @@ def test_episode_tracker_requires_the_mask_for_vector_infos() -> None:
     assert (episode.ret, episode.length) == (4.0, 2)
 
 
+def test_episode_tracker_restores_its_window_and_refuses_a_damaged_one() -> None:
+    tracker = EpisodeTracker(window=3)
+    tracker.update({"episode": {"r": 1.5, "l": 4}, "success": True})
+    restored = EpisodeTracker(window=3)
+    restored.load_state_dict(tracker.state_dict())
+    assert restored.metrics() == tracker.metrics() and restored.episodes_seen == 1
+    good = tracker.state_dict()
+    damaged = [
+        ("lengths", [[[4]]], "episodes.lengths holds list"),  # a nested list (a fuzzed file)
+        ("lengths", ["4"], "episodes.lengths holds str"),
+        ("lengths", [-1], "episodes.lengths holds int -1"),
+        ("returns", [float("nan")], "episodes.returns holds float nan"),
+        ("successes", [1], "episodes.successes holds int"),
+        ("returns", [0.0] * 4, "at most 3 values"),
+        ("episodes_seen", True, "episodes_seen=True"),
+    ]
+    for key, value, message in damaged:
+        with pytest.raises(ValueError, match=message):
+            EpisodeTracker(window=3).load_state_dict({**good, key: value})
+
+
 def test_print_summary_is_one_valid_json_line(capsys: pytest.CaptureFixture[str]) -> None:
     print_summary(
         {
