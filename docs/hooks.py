@@ -19,6 +19,7 @@ import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -161,11 +162,6 @@ def config_reference(configs: Path = CONFIGS) -> str:
     return "\n".join(out)
 
 
-def history(results: str) -> str:
-    """benchmarks/RESULTS.md as a site page (its links to ``figures/`` hold there too)."""
-    return results
-
-
 def api_source(root: Path = ROOT, out: Path = API_SOURCE) -> Path:
     """The installed layout of the ``rltrans`` package as links under ``out``: each entry of
     ``rltrans/``, and ``MAPPED``'s folders as its subpackages. Safe to run from two builds at
@@ -183,19 +179,20 @@ def api_source(root: Path = ROOT, out: Path = API_SOURCE) -> Path:
     return out
 
 
-def on_startup(command, dirty):
+def on_startup(command: str, dirty: bool) -> None:
     """Lay out the package sources for the API reference before mkdocstrings looks for them."""
     api_source()
 
 
-def on_files(files, config):
+def on_files(files: Any, config: Any) -> Any:
     """Add the generated pages and the benchmark figures to the site."""
     from mkdocs.structure.files import File
 
     pages = {
         "reference/configuration.md": config_reference(),
         "changelog.md": (ROOT / "CHANGELOG.md").read_text(),
-        "benchmarks/history.md": history((ROOT / "benchmarks" / "RESULTS.md").read_text()),
+        # its links to figures/ hold beside it on the site too
+        "benchmarks/history.md": (ROOT / "benchmarks" / "RESULTS.md").read_text(),
     }
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))
