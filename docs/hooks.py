@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 KEY = re.compile(
@@ -115,12 +117,10 @@ def escaped(text: str) -> str:
     return "`".join(parts)
 
 
-def block_value(text: str, key: str) -> str:
-    """A key's default written on the lines below it: its keys follow (a mapping), or the
-    loaded list in flow style."""
-    import yaml
-
-    value = yaml.safe_load(text)
+def block_value(loaded: dict, key: str) -> str:
+    """A key's default written on the lines below it, from the file as ``loaded`` by YAML:
+    its keys follow (a mapping), or the list in flow style."""
+    value = loaded
     for part in key.split("."):
         value = value[part]
     if isinstance(value, dict):
@@ -128,11 +128,12 @@ def block_value(text: str, key: str) -> str:
     return f"`{yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()}`"
 
 
-def table(entries: list[Knob], text: str) -> str:
+def table(text: str) -> str:
     """A Markdown table of the knobs of one YAML file (``text``)."""
+    loaded = yaml.safe_load(text)
     rows = ["| key | default | what it does |", "|---|---|---|"]
-    for knob in entries:
-        default = f"`{knob.default}`" if knob.default else block_value(text, knob.key)
+    for knob in knobs(text):
+        default = f"`{knob.default}`" if knob.default else block_value(loaded, knob.key)
         rows.append(f"| `{knob.key}` | {default} | {escaped(knob.doc)} |")
     return "\n".join(rows)
 
@@ -151,14 +152,14 @@ def config_reference(configs: Path = CONFIGS) -> str:
     for name, command in COMMANDS.items():
         text = (configs / name).read_text()
         out += [f"## `{command}`", "", f"`configs/{name}`: {escaped(header(text))}", ""]
-        out += [table(knobs(text), text), ""]
+        out += [table(text), ""]
     for group, title in GROUP_TITLES.items():
         out += [f"## {title}", ""]
         for path in sorted((configs / group).glob("*.yaml")):
             text = path.read_text()
             about = f"`configs/{group}/{path.name}`: {escaped(header(text))}"
             out += [f"### `{group}={path.stem}`", "", about, ""]
-            out += [table(knobs(text), text), ""]
+            out += [table(text), ""]
     return "\n".join(out)
 
 

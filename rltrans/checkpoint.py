@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from rltrans import fsutil
+from rltrans import __version__, fsutil
 from rltrans.fsutil import UnsafePathError
 from rltrans.spaces import SpaceMismatchError
 
@@ -53,12 +53,6 @@ class CheckpointVersionError(CheckpointError):
 
 # A checkpoint trained on other spaces than the env at hand (the name callers catch).
 CheckpointMismatchError = SpaceMismatchError
-
-
-def _rltrans_version() -> str:
-    from rltrans import __version__
-
-    return __version__
 
 
 # ----------------------------------------------------------------------------- validation
@@ -168,7 +162,7 @@ def _save_into(dir_fd: int, name: str, payload: dict[str, Any]) -> None:
     """Validate ``payload`` and write it with the format keys to ``name`` in the folder
     ``dir_fd``, atomically, never through a link (see :func:`rltrans.fsutil.writing`)."""
     validate_payload(payload)
-    full = {**payload, "format_version": FORMAT_VERSION, "rltrans_version": _rltrans_version()}
+    full = {**payload, "format_version": FORMAT_VERSION, "rltrans_version": __version__}
     try:
         # os.replace is atomic on POSIX and Windows: readers see the old or the new file.
         with fsutil.writing(name, dir_fd=dir_fd, mode=0o600) as f:
@@ -321,7 +315,7 @@ def load_checkpoint(
     if version > FORMAT_VERSION:
         raise CheckpointVersionError(
             f"{path} uses checkpoint format version {version} (written by rltrans "
-            f"{payload.get('rltrans_version', 'unknown')}); this rltrans ({_rltrans_version()}) "
+            f"{payload.get('rltrans_version', 'unknown')}); this rltrans ({__version__}) "
             f"reads versions up to {FORMAT_VERSION}. Upgrade rltrans to load it."
         )
     return payload
