@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -123,6 +123,8 @@ class MetricLogger:
                 raise
         self._latest: dict[str, float] = {}
         self._last_step: dict[str, int] = {}
+        # Called with (step, the floats logged) after each log(): rltrans.learn's callbacks.
+        self.listeners: list[Callable[[int, dict[str, float]], None]] = []
         self._closed = False
 
     @property
@@ -143,6 +145,8 @@ class MetricLogger:
                 self._writer.add_scalar(name, value, global_step=step)
         self._latest.update(values)
         self._last_step.update(dict.fromkeys(values, step))
+        for listener in self.listeners:
+            listener(step, dict(values))
 
     def log_histogram(self, step: int, name: str, values: Any) -> None:
         """Write a histogram of `values` (non-finite entries dropped; empty input skipped)."""

@@ -11,7 +11,7 @@ take, and how it writes in them (never through a link): :mod:`rltrans.run_folder
 
 Example (inside a trainer)::
 
-    run = Run.start(cfg, name="tmaze-gtrxl", overrides=argv)
+    run = Run.start(plan.config, name="tmaze-gtrxl")  # a settled config (rltrans.api)
     ...build envs, agent, learner...
     step = run.resume(agent, learner)            # 0 on a fresh run
     run.save(step, agent, learner, spaces, extra={"update": update})
@@ -20,6 +20,7 @@ Example (inside a trainer)::
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import random
 import secrets
@@ -300,12 +301,11 @@ class Run:
         cfg: DictConfig,
         *,
         name: str,
-        overrides: Sequence[str] = (),
         multi_process: bool = False,
     ) -> Run:
-        """Open (or create) the run folder, take its lock, settle the config, set up device,
-        threads and seeds. Raises ConfigError for a folder in use, a fresh run into a folder
-        with checkpoints, a resume without checkpoints or a refused config change.
+        """Open (or create) the run folder of a settled config (a run plan's: a resume's
+        merge is already made), take its lock, set up device, threads and seeds. Raises
+        ConfigError for a folder in use or a fresh run into a folder with checkpoints.
 
         Under ``torchrun`` (``multi_process`` trainers only) every rank joins the process group
         and uses rank 0's run folder; only rank 0 takes the lock and writes to it."""
@@ -315,12 +315,12 @@ class Run:
                 f"started by torchrun with WORLD_SIZE={world.size}, but only algo=impala trains "
                 f"with several learner processes; run this one with python -m rltrans.train"
             )
+        cfg = copy.deepcopy(cfg)  # the run's own (a plan's is read-only): it records run_dir
+        OmegaConf.set_readonly(cfg, False)
         device = _learner_device(cfg, world)
         distributed.init(world, device)
-        if cfg.run_dir is None and cfg.resume:
-            raise ConfigError("resume=true needs run_dir=<the run to continue>")
         if not world.is_main:
-            return cls._join(cfg, world, overrides)
+            return cls._join(cfg, world, device)
         run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(name, cfg.seed)
         lock, created, fd = None, False, None
         try:
@@ -341,10 +341,11 @@ class Run:
             raise
         try:
             check_entries(run_dir, fd)
-            cfg = cls._settle_config(cfg, run_dir, fd, overrides)
+            if not cfg.resume:
+                cls._fresh_folder(cfg, run_dir, fd)
             cfg.run_dir = str(run_dir)
             run = cls(cfg, run_dir, lock, created, world, dir_fd=fd)
-            run.device = _learner_device(cfg, world)
+            run.device = device
             setup(cfg)
             mark(fd)
             save_config(cfg, fd)
@@ -360,26 +361,23 @@ class Run:
         return run
 
     @classmethod
-    def _join(cls, cfg: DictConfig, world: World, overrides: Sequence[str]) -> Run:
+    def _join(cls, cfg: DictConfig, world: World, device: torch.device) -> Run:
         """A rank other than 0: wait for rank 0 to settle the run folder, then use it."""
         kind, value = distributed.broadcast_object(None)
         if kind == "error":  # rank 0 said why on its stderr; stop with it
             distributed.shutdown()
             raise ConfigError(f"learner process 0 stopped: {value}")
         run_dir = Path(value)
-        cfg = settled_config(cfg, overrides)
         cfg.run_dir = str(run_dir)
         run = cls(cfg, run_dir, None, False, world)
-        run.device = _learner_device(cfg, world)
+        run.device = device
         setup(cfg)
         return run
 
     @staticmethod
-    def _settle_config(
-        cfg: DictConfig, run_dir: Path, dir_fd: int, overrides: Sequence[str]
-    ) -> DictConfig:
-        if cfg.resume:
-            return settled_config(cfg, overrides)
+    def _fresh_folder(cfg: DictConfig, run_dir: Path, dir_fd: int) -> None:
+        """A fresh run's folder: refused where it holds another run's checkpoints, emptied
+        first with ``overwrite=true``."""
         if CheckpointManager(run_dir / "checkpoints").latest() is not None:
             if not cfg.get("overwrite", False):
                 raise ConfigError(
@@ -387,7 +385,6 @@ class Run:
                     f"it with resume=true, replace it with overwrite=true, or pick a new run_dir"
                 )
             remove_for_overwrite(run_dir, dir_fd)  # start over: nothing old stays
-        return cfg
 
     def close(self) -> None:
         """Release the folder (also released by the OS when the process ends) and leave the

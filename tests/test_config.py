@@ -180,7 +180,17 @@ def test_help_shows_the_chosen_options_with_their_comments():
 
 
 # The config package imports one way: each module only from those before it in this list.
-CONFIG_MODULES = ["errors", "files", "spec", "resources", "schema", "compose", "trust"]
+CONFIG_MODULES = [
+    "errors",
+    "files",
+    "spec",
+    "resources",
+    "schema",
+    "applies",
+    "compose",
+    "trust",
+    "plan",
+]
 
 
 def test_the_config_package_imports_one_way():

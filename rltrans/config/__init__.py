@@ -12,8 +12,10 @@ Modules, each importing only those listed before it:
 - :mod:`~rltrans.config.spec`: what one key accepts and the one-line reports of a bad one
 - :mod:`~rltrans.config.resources`: the one resource estimate of a final config, size caps
 - :mod:`~rltrans.config.schema`: the specs of every key and :func:`check_config`
+- :mod:`~rltrans.config.applies`: knobs that apply only under another choice
 - :mod:`~rltrans.config.compose`: Hydra composition, override checks, defaults, --help
 - :mod:`~rltrans.config.trust`: the trust boundary every config read from a file passes
+- :mod:`~rltrans.config.plan`: the run plan, one run resolved once (:mod:`rltrans.api`)
 
 >>> cfg = load_config(["agent.dim=32"])
 >>> cfg.agent.dim

@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from rltrans.config.applies import inapplicable
 from rltrans.config.errors import ConfigError, format_problems
 from rltrans.config.files import CONFIG_PACKAGE, config_groups, config_root, group_options
 from rltrans.config.schema import agent_knob_names, check_config, keyword_mappings
@@ -225,6 +226,9 @@ def load_config(
         _fit_default_segments(cfg)
     if validate:
         problems += check_config(cfg, defaults, config_name)
+    if validate and config_name == "train":  # a knob given where it would do nothing
+        setting = [o.key_or_group for o in parsed if o.type is not OverrideType.DEL]
+        problems += inapplicable(cfg, [k for k in setting if k in given])
     if problems:
         raise ConfigError(format_problems(problems))
     return cfg

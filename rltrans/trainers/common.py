@@ -5,6 +5,8 @@ online trainers' periodic evaluation."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,6 +18,7 @@ from rltrans.envs import make_env
 from rltrans.logging import MetricLogger, ProgressBar
 from rltrans.run import restoring
 from rltrans.runtime.evaluation import episode_metrics, evaluate_episodes, isolated_rng
+from rltrans.trainers.stop import StopSignals
 
 # Evaluation envs are seeded cfg.seed + this: their own env objects, apart from training's.
 EVAL_SEED_OFFSET = 10_000
@@ -25,6 +28,37 @@ SUMMARY_KEYS = {
     "eval/episodic_length": "eval_length",
     "eval/success_rate": "eval_success_rate",
 }
+
+
+MetricsHook = Callable[[int, dict[str, float]], "bool | None"]
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """A Python caller's hooks into training (:func:`rltrans.learn`).
+
+    ``on_log(step, metrics)`` gets every update's logged metrics (``losses/...``,
+    ``charts/...``, ``perf/...``) and ``on_eval(step, metrics)`` each periodic evaluation's
+    (``eval/episodic_return``, ...), as TensorBoard gets them. Either may return False to stop
+    the run after the current update: it checkpoints as on SIGTERM and its summary's status
+    is ``stopped_early``.
+    """
+
+    on_log: MetricsHook | None = None
+    on_eval: MetricsHook | None = None
+
+    def attach(self, logger: MetricLogger, stop: StopSignals) -> None:
+        """Call the hooks from ``logger``'s writes; a False answer asks ``stop`` to stop."""
+        if self.on_log is None and self.on_eval is None:
+            return
+
+        def listen(step: int, metrics: dict[str, float]) -> None:
+            evaluation = any(name.startswith("eval/") for name in metrics)
+            hook = self.on_eval if evaluation else self.on_log
+            if hook is not None and hook(step, metrics) is False:
+                stop.request(f"{'on_eval' if evaluation else 'on_log'} returned False")
+
+        logger.listeners.append(listen)
 
 
 def run_name(cfg: DictConfig) -> str:
@@ -207,6 +241,7 @@ class PeriodicEvaluation:
 
 __all__ = [
     "EVAL_SEED_OFFSET",
+    "Callbacks",
     "Choice",
     "PeriodicEvaluation",
     "TrainerState",

@@ -40,6 +40,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rltrans.config.applies import RECURRENT
+from rltrans.config.applies import WINDOWED as STACKS
 from rltrans.config.compose import splitting_segment
 from rltrans.core.long_memory import RETAINING, initial_scales
 
@@ -47,8 +49,6 @@ AUTO_WINDOW_CAP = 256  # the longest window horizon sets; beyond it, the delta l
 AUTO_LONG_MEMORY = "mixed"  # beyond the cap, where none is configured
 AUTO_CHUNK = 64  # beyond the cap, rollout-long segments run in chunks of this many steps
 RETENTION_REACH = 4  # the slowest long-memory head starts at a time scale of this x D steps
-STACKS = ("gtrxl", "trxl", "trxl_i")
-RECURRENT = ("lstm", "gru")
 PROBE_EPISODES = 3  # random-action episodes that observe a Gymnasium env's length
 PROBE_STEPS = 4096  # an episode longer than this under random actions has no length taken
 
@@ -174,8 +174,7 @@ def horizon_note(cfg: DictConfig) -> str | None:
     return f"agent.horizon={agent.horizon} steps: {', '.join(settings)}"
 
 
-def report_horizon(cfg: DictConfig) -> None:
-    """Print :func:`horizon_note` on stderr, once the run has started."""
-    note = horizon_note(cfg)
+def report_horizon(note: str | None) -> None:
+    """Print a plan's :func:`horizon_note` on stderr (rank 0), once the run has started."""
     if note is not None and int(os.environ.get("RANK", "0")) == 0:
         print(note, file=sys.stderr, flush=True)

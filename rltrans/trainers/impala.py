@@ -24,7 +24,7 @@ K x B rollouts. Rank 0 writes the checkpoints (with every rank's reward scalers)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 from rltrans import distributed
 from rltrans.accel import Accel
 from rltrans.config import to_container
+from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_resources
 from rltrans.envs import make_env
 from rltrans.learners import ImpalaLearner, NonFiniteLossError
@@ -42,6 +43,7 @@ from rltrans.run import Run, seed_everything
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
 from rltrans.trainers.common import (
+    Callbacks,
     PeriodicEvaluation,
     TrainerState,
     logger_and_bar,
@@ -134,10 +136,10 @@ class Count:
         self.value = int(value)
 
 
-def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def train_impala(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
     """Train for ``total_steps`` env steps (steps trained on); returns the final summary."""
-    run = Run.start(cfg, name=run_name(cfg), overrides=overrides, multi_process=True)
-    report_horizon(run.cfg)  # what agent.horizon fitted (rltrans.trainers.horizon)
+    run = Run.start(plan.config, name=run_name(plan.config), multi_process=True)
+    report_horizon(plan.horizon_note)  # what agent.horizon fitted
     cfg, device, algo, world = run.cfg, run.device, run.cfg.algo, run.world
     local = cfg.runtime.kind == "local"
     num_actors = cfg.runtime.num_actors if local else 1  # process: the pool builds its own
@@ -209,6 +211,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
     start, start_step, status = time.perf_counter(), global_step, "finished"
     # SIGINT / SIGTERM: finish the update, checkpoint, stop (every learner process together).
     stop = StopSignals().install()
+    (callbacks or Callbacks()).attach(logger, stop)  # rltrans.learn's on_log / on_eval
     try:
         while global_step < cfg.total_steps:
             rollouts: list[Rollout] = []
@@ -275,7 +278,7 @@ def train_impala(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, An
             if bar is not None:
                 bar.update(steps_per_update, ret=tracker.mean_return)
             if stopping:
-                status = "interrupted"
+                status = stop.status  # interrupted (a signal) or stopped_early
                 if world.is_main:
                     stop.report(global_step, run.latest_checkpoint(), run.dir)
                 break

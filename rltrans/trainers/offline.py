@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from rltrans.accel import Accel
 from rltrans.buffers.trajectory import TrajectoryBuffer
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
 from rltrans.config.errors import first_line
+from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_resources, wrapper_problems
 from rltrans.config.schema import MAX_LENGTH, MAX_SPACE_SIZE, MAX_STEPS
 from rltrans.envs import make_env
@@ -44,7 +44,13 @@ from rltrans.run import Run
 from rltrans.runtime.episodes import MaxStepsError
 from rltrans.runtime.evaluation import TargetResult, evaluate_targets
 from rltrans.spaces import check_same_spaces
-from rltrans.trainers.common import EVAL_SEED_OFFSET, TrainerState, logger_and_bar, speed
+from rltrans.trainers.common import (
+    EVAL_SEED_OFFSET,
+    Callbacks,
+    TrainerState,
+    logger_and_bar,
+    speed,
+)
 from rltrans.trainers.stop import StopSignals
 
 __all__ = ["derive_targets", "eval_metrics", "train_offline"]
@@ -206,11 +212,12 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
     return dataset, info
 
 
-def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def train_offline(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
     """DT/BC on a fixed dataset for ``train_steps`` gradient steps; returns the final summary."""
+    cfg = plan.config
     context = window_length(cfg)
     name = f"{str(cfg.dataset).replace('/', '_')}-{cfg.agent.kind}"
-    run = Run.start(cfg, name=name, overrides=overrides)
+    run = Run.start(plan.config, name=name)
     cfg, device, algo = run.cfg, run.device, run.cfg.algo
     with run.building("dataset"):
         dataset, data_info = load(cfg)  # on resume: the saved config's dataset
@@ -297,6 +304,7 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
 
     agent.train()
     stop = StopSignals().install()  # SIGINT / SIGTERM: finish the step, checkpoint, stop
+    (callbacks or Callbacks()).attach(logger, stop)  # rltrans.learn's on_log / on_eval
     try:
         while step < train_steps:
             t0 = time.perf_counter()
@@ -340,7 +348,7 @@ def train_offline(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, A
             if stop.poll() and step < train_steps:
                 if not evaluating:  # (an evaluation has just saved this step)
                     save()
-                status = "interrupted"
+                status = stop.status  # interrupted (a signal) or stopped_early
                 stop.report(step, run.latest_checkpoint(), run.dir)
                 break
         if step == start_step:  # nothing left to train (resumed at the end): evaluate once

@@ -16,14 +16,12 @@ The pieces live in modules: the run context (:mod:`rltrans.run`), envs
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
-
-from omegaconf import DictConfig
 
 from rltrans.accel import Accel, draws_random
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import to_container
+from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_resources
 from rltrans.envs import make_env
 from rltrans.learners import NonFiniteLossError, PPOLearner
@@ -32,6 +30,7 @@ from rltrans.registry import algo_agent_options, build_agent
 from rltrans.run import Run
 from rltrans.runtime.actors import LocalActor, RewardScaler
 from rltrans.trainers.common import (
+    Callbacks,
     PeriodicEvaluation,
     TrainerState,
     logger_and_bar,
@@ -42,10 +41,10 @@ from rltrans.trainers.horizon import report_horizon
 from rltrans.trainers.stop import StopSignals
 
 
-def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def train_ppo(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
     """Train for ``total_steps`` env steps; returns the final summary."""
-    run = Run.start(cfg, name=run_name(cfg), overrides=overrides)
-    report_horizon(run.cfg)  # what agent.horizon fitted (rltrans.trainers.horizon)
+    run = Run.start(plan.config, name=run_name(plan.config))
+    report_horizon(plan.horizon_note)  # what agent.horizon fitted
     cfg, device, algo = run.cfg, run.device, run.cfg.algo
     with run.building("env"):
         envs = make_env(cfg.env, seed=cfg.seed, device=device)
@@ -92,6 +91,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
     logger, bar = logger_and_bar(cfg, run, global_step, total_updates * steps_per_update, "step")
     start, start_step, status = time.perf_counter(), global_step, "finished"
     stop = StopSignals().install()  # SIGINT / SIGTERM: finish the update, checkpoint, stop
+    (callbacks or Callbacks()).attach(logger, stop)  # rltrans.learn's on_log / on_eval
     try:
         while global_step < cfg.total_steps:
             actor.collect(buffer, on_info=tracker.update)
@@ -130,7 +130,7 @@ def train_ppo(cfg: DictConfig, overrides: Sequence[str] = ()) -> dict[str, Any]:
             if bar is not None:
                 bar.update(steps_per_update, ret=tracker.mean_return)
             if stopping:
-                status = "interrupted"
+                status = stop.status  # interrupted (a signal) or stopped_early
                 stop.report(global_step, run.latest_checkpoint(), run.dir)
                 break
     except NonFiniteLossError as err:

@@ -58,6 +58,8 @@ class StopSignals:
         self.received: signal.Signals | None = None  # the first signal this process got
         self._received_at = 0.0
         self.stop_signal: signal.Signals | None = None  # the one the run stops for, once polled
+        self.requested: str | None = None  # why a caller asked this process to stop (request)
+        self.reason: str | None = None  # the request the run stops for, once polled
         self._previous: dict[signal.Signals, Any] = {}
 
     def install(self) -> StopSignals:
@@ -93,32 +95,53 @@ class StopSignals:
         else:
             signal.raise_signal(signum)  # SIG_DFL: the signal ends the process
 
+    def request(self, reason: str) -> None:
+        """Stop after the current update as a signal would, for ``reason`` (a callback's
+        answer); the summary's status is then ``stopped_early``."""
+        if self.requested is None:
+            self.requested = reason
+
     def poll(self) -> bool:
-        """True when this run is to stop after the current update: a signal reached this
-        process or, under torchrun, any learner process (a collective: every rank calls it
-        once per update)."""
-        if self.stop_signal is not None:
+        """True when this run is to stop after the current update: a signal or a
+        :meth:`request` reached this process or, under torchrun, any learner process (a
+        collective: every rank calls it once per update)."""
+        if self.stop_signal is not None or self.reason is not None:
             return True
-        if distributed.all_true(self.received is None):
+        if distributed.all_true(self.received is None and self.requested is None):
             return False
-        # Stopping: which signal (the lowest rank that got one; one more collective).
-        received = distributed.gather_objects(self.received)
-        self.stop_signal = next(s for s in received if s is not None)
+        # Stopping: for which signal or request (the lowest rank's; one more collective).
+        mine = self.received if self.received is not None else self.requested
+        first = next(r for r in distributed.gather_objects(mine) if r is not None)
+        if isinstance(first, signal.Signals):
+            self.stop_signal = first
+        else:
+            self.reason = str(first)
         return True
 
     @property
     def name(self) -> str | None:
-        """``SIGINT`` / ``SIGTERM`` once :meth:`poll` said stop, else None."""
+        """``SIGINT`` / ``SIGTERM`` once :meth:`poll` said stop for one, else None."""
         return None if self.stop_signal is None else self.stop_signal.name
 
+    @property
+    def status(self) -> str:
+        """The summary's status once :meth:`poll` said stop: ``interrupted`` for a signal,
+        ``stopped_early`` for a request."""
+        return "interrupted" if self.stop_signal is not None else "stopped_early"
+
     def summary(self, status: str) -> dict[str, str]:
-        """``{"signal": "SIGTERM"}`` for a summary line whose ``status`` is interrupted."""
-        return {"signal": self.name} if status == "interrupted" and self.name else {}
+        """``{"signal": "SIGTERM"}`` for a summary line whose ``status`` is interrupted,
+        ``{"stop_reason": ...}`` for one stopped early by a request."""
+        if status == "interrupted" and self.name:
+            return {"signal": self.name}
+        return {"stop_reason": self.reason} if status == "stopped_early" and self.reason else {}
 
     def report(self, step: int, checkpoint: str | None, run_dir: Any) -> None:
-        """One stderr line: which signal stopped the run, at which step, its checkpoint."""
+        """One stderr line: which signal or request stopped the run, at which step, its
+        checkpoint."""
         print(
-            f"rltrans: {self.name}: training stopped at step {step} after the current update; "
+            f"rltrans: {self.name or self.reason}: training stopped at step {step} after the "
+            f"current update; "
             f"checkpoint {checkpoint} (continue with resume=true run_dir={run_dir})",
             file=sys.stderr,
             flush=True,

@@ -1,0 +1,136 @@
+"""Train from Python: :func:`plan` resolves a run once, :func:`learn` runs it.
+
+``python -m rltrans.train`` is a thin shell over these two calls, so a plan built in Python
+from the command line's names trains exactly as that command line does::
+
+    import rltrans
+
+    plan = rltrans.plan(agent="gtrxl", env="gym", **{"env.id": "CartPole-v1"}, total_steps=50_000)
+    print(plan.command)  # the same run from a shell
+    summary = rltrans.learn(plan, on_eval=lambda step, m: m["eval/episodic_return"] < 475)
+
+A :class:`RunPlan` is final once built: the config is composed and checked, fitted to
+``agent.horizon``, merged with the saved run on ``resume=true`` (whose files pass the trust
+checks), and its resources estimated. Nothing below it re-reads the command line; a bad value
+raises :class:`rltrans.config.ConfigError` before any folder, env or process exists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rltrans.config import ConfigError, config_groups, load_config
+from rltrans.config.plan import TRAINER_KINDS, RunPlan
+from rltrans.trainers.common import Callbacks, MetricsHook
+
+
+def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
+    """The plan of a composed, checked config (:func:`rltrans.config.load_config`) and the
+    command line it came from: horizon fit, resume merge and trust checks, resource
+    estimate, trainer choice, each made here once."""
+    from rltrans.config.resources import check_resources
+    from rltrans.run import override_keys, settled_config
+    from rltrans.trainers.horizon import fit_horizon, horizon_note
+
+    # agent.horizon before a resume too, so the command line it repeats compares equal to
+    # the fitted config the run saved.
+    cfg = fit_horizon(cfg, override_keys(overrides))
+    cfg = settled_config(cfg, overrides)  # resume=true: the saved run, the given changes
+    check_resources(cfg)  # before a folder, env or process exists
+    kind = cfg.algo.kind
+    if kind not in TRAINER_KINDS:
+        raise ConfigError(f"algo.kind={kind!r}; valid kinds: {', '.join(TRAINER_KINDS)}")
+    OmegaConf.set_readonly(cfg, True)
+    return RunPlan(cfg, kind, tuple(overrides), horizon_note(cfg))
+
+
+def plan(*overrides: str, **options: Any) -> RunPlan:
+    """A plan from the command line's names: ``plan("agent=gru", "env.id=CartPole-v1")``, or
+    as keywords, ``plan(agent="gru", env="gym", **{"env.id": "CartPole-v1"})``.
+
+    A keyword that names a config group (``agent``, ``env``, ``algo``, ``runtime``) with a
+    string picks its option; a mapping sets the keys below a name (``env={"num_envs": 8}``);
+    any other keyword is a dotted key and its value. Raises ConfigError for a bad one."""
+    args = [*overrides]
+    for key, value in options.items():
+        args += _overrides(key, value)
+    return resolve(load_config(args), args)
+
+
+def learn(
+    run: RunPlan, *, on_log: MetricsHook | None = None, on_eval: MetricsHook | None = None
+) -> dict[str, Any]:
+    """Train ``run``; returns the summary the command line prints.
+
+    ``on_log(step, metrics)`` is called after each update's metrics are logged and
+    ``on_eval(step, metrics)`` after each periodic evaluation; either may return False to
+    stop after that update (checkpointed; status ``stopped_early``)."""
+    if not isinstance(run, RunPlan):
+        raise TypeError(f"learn() takes a RunPlan from rltrans.plan(), got {type(run).__name__}")
+    callbacks = Callbacks(on_log=on_log, on_eval=on_eval)
+    if run.trainer == "online":
+        from rltrans.trainers.ppo import train_ppo
+
+        return train_ppo(run, callbacks)
+    if run.trainer == "impala":
+        from rltrans.trainers.impala import train_impala
+
+        return train_impala(run, callbacks)
+    from rltrans.trainers.offline import train_offline
+
+    return train_offline(run, callbacks)
+
+
+def _overrides(key: str, value: Any) -> list[str]:
+    """``key=value`` overrides for one keyword of :func:`plan`."""
+    if isinstance(value, Mapping):
+        out = []
+        for name, item in value.items():
+            out += _overrides(f"{key}.{name}", item)
+        return out
+    if key in config_groups() and isinstance(value, str):
+        return [f"{key}={value}"]
+    if key in config_groups():
+        raise ConfigError(
+            f"{key}={value!r}: a config group takes an option's name (e.g. {key}="
+            f"{'gtrxl' if key == 'agent' else '<option>'}) or a mapping of its keys"
+        )
+    return [f"{key}={_value(value)}"]
+
+
+def _value(value: Any) -> str:
+    """``value`` in the override grammar (quoted where a plain word would be misread)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_value(v) for v in value) + "]"
+    text = str(value)
+    if _PLAIN.fullmatch(text) and not _misread(text):
+        return text  # CartPole-v1, popgym:popgym-RepeatFirstEasy-v0, runs/x
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+_PLAIN = re.compile(r"[A-Za-z_][\w./:@-]*")
+
+
+def _misread(text: str) -> bool:
+    """Whether a plain word would be read as something other than this string."""
+    if text.lower() in ("true", "false", "null", "none", "nan", "inf"):
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+__all__ = ["RunPlan", "learn", "plan", "resolve"]

@@ -1,0 +1,46 @@
+"""The run plan: one run, resolved once at the top (:func:`rltrans.api.resolve`) and taken
+whole by the trainer below it, which never reads the command line again."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from omegaconf import DictConfig
+
+from rltrans.config.compose import to_container
+
+TrainerKind = Literal["online", "impala", "offline"]
+TRAINER_KINDS: tuple[str, ...] = ("online", "impala", "offline")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run, resolved: what trains, on what, with which settings.
+
+    ``config``: the final config, read-only (what the run folder's config.yaml and its
+    checkpoints store). ``trainer``: ``online`` (PPO), ``impala`` or ``offline`` (DT/BC).
+    ``overrides``: the command line it was resolved from. ``horizon_note``: what
+    ``agent.horizon`` fitted, printed when the run starts (None: nothing fitted).
+    """
+
+    config: DictConfig
+    trainer: TrainerKind
+    overrides: tuple[str, ...]
+    horizon_note: str | None = None
+
+    @property
+    def command(self) -> str:
+        """The shell command that runs this plan."""
+        return " ".join(["python -m rltrans.train", *map(shlex.quote, self.overrides)])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data."""
+        return to_container(self.config)
+
+    def __repr__(self) -> str:
+        return f"RunPlan({self.command!r})"
+
+
+__all__ = ["TRAINER_KINDS", "RunPlan", "TrainerKind"]
