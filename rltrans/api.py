@@ -33,7 +33,7 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     command line it came from: horizon fit, resume merge and trust checks, resource
     estimate, trainer choice, each made here once."""
     from rltrans.config.resources import check_resources
-    from rltrans.run import override_keys, settled_config
+    from rltrans.config.resume import override_keys, settled_config
     from rltrans.trainers.horizon import fit_horizon, horizon_note
 
     # agent.horizon before a resume too, so the command line it repeats compares equal to

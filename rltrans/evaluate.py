@@ -28,13 +28,13 @@ from rltrans.config.resources import check_resources
 from rltrans.config.schema import MAX_ENVS
 from rltrans.envs import make_env
 from rltrans.fsutil import check_output
-from rltrans.logging import ProgressBar
 from rltrans.policy import (
     agent_from_checkpoint,
     check_env_code,
     check_payload,
     resolve_checkpoint,
 )
+from rltrans.progress import ProgressBar
 from rltrans.registry import agent_entry
 from rltrans.run import building, payload_spaces, setup
 from rltrans.runtime.episodes import MaxStepsError, VideoRecorder

@@ -1,4 +1,5 @@
-"""Run logging: TensorBoard scalars under stable names, episode statistics, progress, summary.
+"""Run logging: TensorBoard scalars under stable names, episode statistics, the summary line
+(the progress line: :mod:`rltrans.progress`).
 
 Metric names follow CleanRL's and are written verbatim:
 `charts/episodic_return`, `losses/policy`, `perf/env_ms`, ...
@@ -18,17 +19,14 @@ import json
 import math
 import os
 import sys
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TextIO
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from rltrans import fsutil
 from rltrans.fsutil import UnsafePathError
@@ -389,139 +387,6 @@ class EpisodeTracker:
             SUCCESS_RATE: self.success_rate,
         }
         return {name: value for name, value in values.items() if value is not None}
-
-
-# ----------------------------------------------------------------------------- progress
-
-
-def _format_value(value: Any) -> str:
-    if isinstance(value, torch.Tensor | np.ndarray | np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else str(value)
-
-
-def _format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-class ProgressBar:
-    """tqdm bar on a terminal; elsewhere (CI, cluster logs) a compact line every `every_s` seconds.
-
-    The bar is off when stderr is not a TTY or `RLTRANS_NO_PROGRESS=1`; then a line
-    such as `train: 40.0k/1.0M step (4%) | 1.2k SPS | 0:00:33 elapsed | eta 0:13:20
-    | ret=12.5` goes to stderr after the first update, every `every_s` seconds after that
-    (env `RLTRANS_PROGRESS_EVERY_S` overrides the default) and once on close.
-
-    Example:
-        >>> with ProgressBar(total_steps, "train") as bar:
-        ...     bar.update(num_envs, ret=tracker.mean_return)
-    """
-
-    def __init__(
-        self,
-        total: int | None,
-        desc: str = "",
-        unit: str = "step",
-        *,
-        every_s: float | None = None,
-        stream: TextIO | None = None,
-        initial: int = 0,
-        quiet_if_quick: bool = False,
-    ) -> None:
-        """``initial``: units done before this process (a resumed run); they count towards
-        the position but not towards the rate or the ETA. ``quiet_if_quick``: off a
-        terminal, no final line when the work ended before the first periodic one."""
-        self.quiet_if_quick, self._lines = quiet_if_quick, 0
-        self.total, self.desc, self.unit = total, desc, unit
-        self.n = self.initial = initial
-        self._stream = stream if stream is not None else sys.stderr
-        if every_s is None:
-            every_s = float(os.environ.get("RLTRANS_PROGRESS_EVERY_S", "30"))
-        self.every_s = every_s
-        no_progress = os.environ.get("RLTRANS_NO_PROGRESS", "") not in ("", "0")
-        isatty = getattr(self._stream, "isatty", None)
-        # tqdm writes to stderr, so stdout redirection (e.g. `> summary.json`) keeps the bar.
-        self.interactive = not no_progress and callable(isatty) and bool(isatty())
-        self._bar = tqdm(
-            total=total,
-            desc=desc,
-            unit=unit,
-            unit_scale=True,
-            dynamic_ncols=True,
-            file=self._stream,
-            disable=not self.interactive,
-            initial=initial,
-        )
-        self._postfix: dict[str, str] = {}
-        self._start = self._last_time = time.monotonic()
-        self._last_n = initial
-        self._closed = False
-
-    @property
-    def sps(self) -> float:
-        """Average units per second done by this process since the bar was created."""
-        return (self.n - self.initial) / max(time.monotonic() - self._start, 1e-9)
-
-    def update(self, n: int = 1, **postfix: Any) -> None:
-        """Advance by `n` units and show `postfix` values (e.g. `ret=tracker.mean_return`)."""
-        self.n += n
-        if postfix:
-            self._postfix.update({k: _format_value(v) for k, v in postfix.items()})
-        if self.interactive:
-            if postfix:
-                self._bar.set_postfix(self._postfix, refresh=False)
-            self._bar.update(n)
-        elif time.monotonic() - self._last_time >= self.every_s or self._first_line_due():
-            self._print_line()
-
-    def _first_line_due(self) -> bool:
-        """Off a terminal, the first update prints a line at once (with the rate and the ETA
-        it already knows), unless the bar stays quiet for quick work."""
-        return self._lines == 0 and not self.quiet_if_quick
-
-    def _print_line(self) -> None:
-        now = time.monotonic()
-        recent = (self.n - self._last_n) / max(now - self._last_time, 1e-9)
-        self._last_time, self._last_n = now, self.n
-        fmt = tqdm.format_sizeof
-        parts = [f"{self.desc}: " if self.desc else ""]
-        if self.total:
-            parts[0] += f"{fmt(self.n)}/{fmt(self.total)} {self.unit} "
-            parts[0] += f"({100 * self.n / self.total:.0f}%)"
-        else:
-            parts[0] += f"{fmt(self.n)} {self.unit}"
-        parts.append(f"{fmt(recent)} SPS")
-        parts.append(f"{_format_duration(now - self._start)} elapsed")
-        if self.total and self.n:
-            eta = (self.total - self.n) / max(self.sps, 1e-9)
-            parts.append(f"eta {_format_duration(max(eta, 0.0))}")
-        parts.extend(f"{k}={v}" for k, v in self._postfix.items())
-        print(" | ".join(parts), file=self._stream, flush=True)
-        self._lines += 1
-
-    def close(self) -> None:
-        """Finish the bar (or print a final progress line); safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.interactive:
-            self._bar.close()
-        elif self._lines or not self.quiet_if_quick:
-            self._print_line()
-
-    def __enter__(self) -> ProgressBar:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 # ----------------------------------------------------------------------------- summary

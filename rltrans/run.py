@@ -4,9 +4,8 @@ lock, the saved config, the checkpoint payload, resume, the NaN stop and the sum
 A run folder has one writer at a time (an OS file lock, released by the OS when its process
 dies, so a crashed run's folder is simply taken over). A fresh run refuses a folder that
 already holds checkpoints unless ``resume=true`` (continue it) or ``overwrite=true`` (start
-over). A resumed run continues the run's SAVED config: the command line may change only
-:data:`RESUMABLE_KEYS` (budget, checkpoint cadence, logging, device, threads); any other
-difference is refused with the keys that differ, saved vs given. Which folders a run may
+over). The config a resumed run continues with is settled before the run starts
+(:mod:`rltrans.config.resume`, from :func:`rltrans.api.resolve`). Which folders a run may
 take, and how it writes in them (never through a link): :mod:`rltrans.run_folder`.
 
 Example (inside a trainer)::
@@ -25,7 +24,7 @@ import os
 import random
 import secrets
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,9 +46,6 @@ from rltrans.checkpoint import (
 )
 from rltrans.config import (
     ConfigError,
-    checked_file_config,
-    read_run_config,
-    refuse_env_code,
     to_container,
 )
 from rltrans.config.errors import first_line
@@ -71,21 +67,6 @@ from rltrans.run_folder import (
 )
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
 
-# Keys a resumed run may change; every other key keeps the run's saved value.
-RESUMABLE_KEYS: tuple[str, ...] = (
-    "total_steps",
-    "train_steps",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "tensorboard",
-    "progress",
-    "device",
-    "torch_threads",
-    "trust_env_code",
-    "resume",
-    "run_dir",
-    "overwrite",
-)
 MAX_SPACE_SIZE = 2**26  # flattened dimensions of a checkpoint's space (an 8K RGB frame: 2^25)
 
 
@@ -166,104 +147,6 @@ def default_run_dir(name: str, seed: int) -> Path:
     """runs/<name>-s<seed>-<timestamp>-<random>: two runs started in the same second differ."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{name}-s{seed}-{stamp}-{secrets.token_hex(3)}"
-
-
-def override_keys(overrides: Sequence[str]) -> list[str]:
-    """The config keys a list of command-line overrides sets (``+a.b=1`` -> ``a.b``)."""
-    keys = []
-    for item in overrides:
-        if "=" not in item or item.startswith("-"):
-            continue
-        keys.append(item.split("=", 1)[0].lstrip("+~"))
-    return keys
-
-
-def _select(cfg: DictConfig, key: str) -> Any:
-    value = OmegaConf.select(cfg, key, default=None)
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
-def resume_config(saved: DictConfig, given: DictConfig, overrides: Sequence[str]) -> DictConfig:
-    """The config a resumed run continues with: the saved one, with the keys the command line
-    set taken from it where they are resumable; refuses any other change.
-
-    Keys the command line does not mention keep their saved values, so a resume line need
-    not repeat the run's options (``resume=true run_dir=<run>`` continues it as it was).
-    """
-    changed = []
-    merged = saved.copy()
-    for key in override_keys(overrides):
-        old, new = _select(saved, key), _select(given, key)
-        if old == new:
-            continue
-        if key.split(".")[0] not in RESUMABLE_KEYS:
-            changed.append(f"{key}: saved {old!r}, given {new!r}")
-            continue
-        OmegaConf.update(merged, key, new, force_add=True)
-    # Trust is the current command line's alone: a saved value never carries over.
-    merged.trust_env_code = bool(given.get("trust_env_code", False))
-    if changed:
-        raise ConfigError(
-            "resume=true continues the run's saved config; these keys differ from it:\n  "
-            + "\n  ".join(changed)
-            + f"\nOnly {', '.join(k for k in RESUMABLE_KEYS if k not in ('resume', 'run_dir'))}"
-            " may change on resume; start a new run for anything else"
-        )
-    return merged
-
-
-def settled_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
-    """The config a run uses: ``cfg`` for a fresh run; for ``resume=true`` the run's saved
-    config with the command line's resumable changes (:func:`resume_config`). Idempotent."""
-    if not cfg.resume:
-        return cfg
-    if cfg.run_dir is None:
-        raise ConfigError("resume=true needs run_dir=<the run to continue>")
-    run_dir = Path(cfg.run_dir)
-    refuse_links(run_dir)
-    latest = CheckpointManager(run_dir / "checkpoints").latest()
-    if latest is None:
-        raise ConfigError(f"resume=true but {run_dir} holds no checkpoint to resume from")
-    saved_file = run_dir / CONFIG_FILE
-    if not saved_file.is_file():
-        raise ConfigError(f"resume=true but {saved_file} (the run's config) is missing")
-    saved = read_run_config(saved_file)  # checked like a command line: a file is no authority
-    _same_as_checkpoint(saved, latest)
-    source = f"the run's config {saved_file}"
-    typed = to_container(cfg.env)  # the command line's env: trusted as typed
-    refuse_env_code(to_container(saved.env), source, cfg.trust_env_code, typed=typed)
-    return resume_config(saved, cfg, overrides)
-
-
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted key -> leaf value of a plain config."""
-    if not isinstance(data, dict) or not data:
-        return {prefix: data}
-    out: dict[str, Any] = {}
-    for name, value in data.items():
-        out.update(_flat(value, f"{prefix}{name}."))
-    return {k.rstrip("."): v for k, v in out.items()}
-
-
-def _same_as_checkpoint(saved: DictConfig, checkpoint: Path) -> None:
-    """Refuse a run folder whose config.yaml differs from its checkpoint's own config outside
-    the resumable keys (a hand edit would otherwise continue under other settings)."""
-    payload = load_checkpoint(checkpoint, mmap=True)  # the config only: tensors stay on disk
-    own = to_container(checked_file_config(payload.get("config"), f"checkpoint {checkpoint}"))
-    mine = _flat(to_container(saved))
-    theirs = _flat(own)
-    differ = [
-        f"{key}: config.yaml {mine.get(key)!r}, checkpoint {theirs.get(key)!r}"
-        for key in sorted(set(mine) | set(theirs))
-        if key.split(".")[0] not in RESUMABLE_KEYS and mine.get(key) != theirs.get(key)
-    ]
-    if differ:
-        raise ConfigError(
-            f"resume=true: {checkpoint.parent.parent / CONFIG_FILE} differs from the config of "
-            f"{checkpoint} (was it edited?):\n  "
-            + "\n  ".join(differ)
-            + "\nRestore the file, or start a new run with the settings you want"
-        )
 
 
 class Run:
@@ -532,7 +415,6 @@ def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
 __all__ = [
     "CONFIG_FILE",
     "LOCK_FILE",
-    "RESUMABLE_KEYS",
     "RUN_ENTRIES",
     "Run",
     "RunFolderLock",
@@ -540,7 +422,6 @@ __all__ = [
     "load_checkpoint",
     "payload_spaces",
     "refuse_links",
-    "resume_config",
     "seed_everything",
     "select_device",
     "set_threads",

@@ -189,6 +189,7 @@ CONFIG_MODULES = [
     "applies",
     "compose",
     "trust",
+    "resume",
     "plan",
 ]
 

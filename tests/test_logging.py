@@ -17,10 +17,10 @@ from rltrans.logging import (
     PERF,
     EpisodeTracker,
     MetricLogger,
-    ProgressBar,
     prefixed,
     print_summary,
 )
+from rltrans.progress import ProgressBar
 
 
 def _read_events(tb_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], list[str]]:
@@ -215,7 +215,7 @@ def test_resumed_progress_bar_rates_only_this_process(monkeypatch: pytest.Monkey
     monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
     stream = io.StringIO()
     now = [100.0]
-    monkeypatch.setattr("rltrans.logging.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("rltrans.progress.time.monotonic", lambda: now[0])
     bar = ProgressBar(1_000_000, "train", every_s=0.0, stream=stream, initial=900_000)
     now[0] = 102.0  # one update, 2 s later
     bar.update(1_000)

@@ -15,7 +15,8 @@ from omegaconf import DictConfig
 from rltrans.accel import COMPILE_SECONDS, Accel, AutoCompile, compile_choice, thread_tuners
 from rltrans.config import to_container
 from rltrans.envs import make_env
-from rltrans.logging import MetricLogger, ProgressBar
+from rltrans.logging import MetricLogger
+from rltrans.progress import ProgressBar
 from rltrans.run import restoring
 from rltrans.runtime.evaluation import episode_metrics, evaluate_episodes, isolated_rng
 from rltrans.trainers.stop import StopSignals

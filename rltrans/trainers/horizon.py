@@ -110,7 +110,7 @@ def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
     algo.segment_length and, beyond the window cap, algo.num_steps and agent.chunk fitted to
     ``agent.horizon`` (see the module docstring); agent.horizon becomes
     the distance used. ``given``: keys set on the command line
-    (``rltrans.run.override_keys``), which keep the values given."""
+    (``rltrans.config.resume.override_keys``), which keep the values given."""
     agent, algo = cfg.agent, cfg.algo
     horizon = agent.get("horizon")
     backbone = agent.get("backbone")

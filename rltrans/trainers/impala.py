@@ -1,7 +1,8 @@
 """IMPALA (Espeholt et al. 2018): actors roll out, the learner trains on their rollouts with
 V-trace off-policy correction, for any memory agent.
 
-Reads top to bottom like trainers/ppo.py: open the run, build, then loop
+On the trainers' shared skeleton (:class:`rltrans.trainers.skeleton.Trainer`), as PPO: open
+the run, build, then loop
 
     get B rollouts from the actor pool (dropping those older than max_policy_lag)
     -> one V-trace update (the learner) -> publish the weights -> log
@@ -32,26 +33,20 @@ from omegaconf import DictConfig
 
 from rltrans import distributed
 from rltrans.accel import Accel
-from rltrans.config import to_container
 from rltrans.config.plan import RunPlan
-from rltrans.config.resources import check_resources
 from rltrans.envs import make_env
-from rltrans.learners import ImpalaLearner, NonFiniteLossError
+from rltrans.learners import ImpalaLearner
 from rltrans.logging import EpisodeTracker
-from rltrans.registry import algo_agent_options, build_agent
 from rltrans.run import Run, seed_everything
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
 from rltrans.trainers.common import (
     Callbacks,
-    PeriodicEvaluation,
     TrainerState,
-    logger_and_bar,
     run_name,
     speed,
 )
-from rltrans.trainers.horizon import report_horizon
-from rltrans.trainers.stop import StopSignals
+from rltrans.trainers.skeleton import OnlineTrainer
 
 
 def build_pool(
@@ -136,177 +131,184 @@ class Count:
         self.value = int(value)
 
 
-def train_impala(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
-    """Train for ``total_steps`` env steps (steps trained on); returns the final summary."""
-    run = Run.start(plan.config, name=run_name(plan.config), multi_process=True)
-    report_horizon(plan.horizon_note)  # what agent.horizon fitted
-    cfg, device, algo, world = run.cfg, run.device, run.cfg.algo, run.world
-    local = cfg.runtime.kind == "local"
-    num_actors = cfg.runtime.num_actors if local else 1  # process: the pool builds its own
-    with run.building("env"):
-        envs = [make_env(cfg.env, seed=cfg.seed + i, device=device) for i in range(num_actors)]
-    spaces = (envs[0].single_observation_space, envs[0].single_action_space)
-    with run.building("agent"):
-        check_resources(cfg, spaces=spaces)  # the heads and encoders the spaces size
-        agent_cfg = to_container(cfg.agent)
-        options = algo_agent_options(agent_cfg, to_container(algo))  # algo.reconstruction_coef
-        agent = build_agent(agent_cfg, *spaces, **options).to(device)
-    with run.building("env"):  # the learner evaluates its own agent (algo.eval_every)
-        evaluation = PeriodicEvaluation(cfg, agent, device, main=world.is_main)
-    per_actor = None if local else cfg.runtime.get("envs_per_actor")  # N of each rollout
-    num_envs = per_actor or envs[0].num_envs
-    # Under torchrun each of the world.size learner processes trains on its own rollouts.
-    steps_per_update = algo.batch_rollouts * algo.num_steps * num_envs * world.size
-    made_of = "algo.batch_rollouts x algo.num_steps x envs per actor"
-    if world.distributed:
-        made_of += " x learner processes"
-    total_updates = run.whole_updates(steps_per_update, made_of)
-    accel = Accel()
-    learner = ImpalaLearner(
-        agent,
-        impala=to_container(algo),
-        lr=algo.lr,
-        total_updates=total_updates,
-        anneal_lr=algo.anneal_lr,
-        max_grad_norm=algo.max_grad_norm,
-        amp=algo.amp,
-        accel=accel,
-    )
-    global_step = run.resume(agent, learner, spaces)
-    actors = cfg.runtime.num_actors
-    scalers = None
-    if algo.reward_scaling:
-        scalers = [RewardScaler(num_envs, algo.gamma, device) for _ in range(actors)]
-    # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
-    # processes use one thread, and so does every learner process under torchrun.
-    names = ("learner step", "acting step") if local else ("learner step",)
-    tuners, choice = speed(cfg, accel, device, total_updates, *(() if world.distributed else names))
-    tracker, dropped = EpisodeTracker(window=100), Count()
-    state = TrainerState(
-        episodes=tracker, dropped=dropped, threads=tuners, compile=choice,
-        reward_scalers=None if scalers is None else Scalers(scalers, world.rank),
-    )  # fmt: skip
-    state.load_state_dict(run.resumed_payload or {})
-    choice.set_updates_left(total_updates - state.update)
-    # Learner processes: the same weights everywhere, other actors (seeds) on each.
-    distributed.broadcast_module_(agent)
-    seed_offset = world.rank * actors * num_envs  # actor_seed: actor i resets with seed + i * N
-    if world.rank:
-        seed_everything(cfg.seed + state.update + 1_000_003 * world.rank)
-    pool = build_pool(
-        cfg,
-        agent,
-        envs,
-        seed=cfg.seed + state.update + seed_offset,
-        device=device,
-        on_info=tracker.update,
-    )
-    pool.publish(agent.state_dict(), state.update)
-    for actor in pool.actors if isinstance(pool, LocalPool) else ():
-        actor.loop.threads = tuners.get("acting step")
-        accel.act_through(actor, agent)
-    logger, bar = logger_and_bar(
-        cfg, run, global_step, total_updates * steps_per_update, "step", main=world.is_main
-    )
-    start, start_step, status = time.perf_counter(), global_step, "finished"
-    # SIGINT / SIGTERM: finish the update, checkpoint, stop (every learner process together).
-    stop = StopSignals().install()
-    (callbacks or Callbacks()).attach(logger, stop)  # rltrans.learn's on_log / on_eval
-    try:
-        while global_step < cfg.total_steps:
-            rollouts: list[Rollout] = []
-            lags: list[int] = []
-            while len(rollouts) < algo.batch_rollouts:
-                rollout = pool.get()
-                scale_rewards(rollout, scalers)  # every rollout: the running returns go on
-                lag = state.update - rollout.policy_version
-                if lag > algo.max_policy_lag:  # too stale to correct: dropped and counted
-                    dropped.value += 1
-                    pool.release(rollout)
-                    continue
-                rollouts.append(rollout)
-                lags.append(lag)
-            t_learn = time.perf_counter()
-            metrics = learner.update(
-                [r.buffer for r in rollouts], [r.bootstrap_value for r in rollouts]
-            )
-            for rollout in rollouts:  # after the update: acting == replay within a rollout
-                agent.update_obs_norm(rollout.buffer.obs)
+class ImpalaTrainer(OnlineTrainer):
+    """IMPALA's learner on the skeleton of :class:`rltrans.trainers.skeleton.Trainer`."""
+
+    multi_process = True
+
+    def name(self) -> str:
+        """<env>-<backbone>."""
+        return run_name(self.plan.config)
+
+    def is_main(self) -> bool:
+        """Rank 0 reports."""
+        return self.run.world.is_main
+
+    def build(self, run: Run) -> None:
+        """Envs, agent, learner, the resumed state and the actor pool."""
+        cfg, device, algo, world = run.cfg, run.device, run.cfg.algo, run.world
+        self.local = local = cfg.runtime.kind == "local"
+        num_actors = cfg.runtime.num_actors if local else 1  # process: the pool builds its own
+        with run.building("env"):
+            self.envs = [
+                make_env(cfg.env, seed=cfg.seed + i, device=device) for i in range(num_actors)
+            ]
+        envs = self.envs
+        self.build_agent(run, (envs[0].single_observation_space, envs[0].single_action_space))
+        agent = self.agent
+        per_actor = None if local else cfg.runtime.get("envs_per_actor")  # N of each rollout
+        num_envs = per_actor or envs[0].num_envs
+        # Under torchrun each of the world.size learner processes trains on its own rollouts.
+        self.steps_per_update = algo.batch_rollouts * algo.num_steps * num_envs * world.size
+        made_of = "algo.batch_rollouts x algo.num_steps x envs per actor"
+        if world.distributed:
+            made_of += " x learner processes"
+        updates = run.whole_updates(self.steps_per_update, made_of)
+        self.total = updates * self.steps_per_update
+        accel = Accel()
+        self.build_learner(ImpalaLearner, updates, accel)
+        self.progress = run.resume(agent, self.learner, self.spaces)
+        self.scalers = None
+        if algo.reward_scaling:
+            actors = cfg.runtime.num_actors
+            self.scalers = [RewardScaler(num_envs, algo.gamma, device) for _ in range(actors)]
+        # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
+        # processes use one thread, and so does every learner process under torchrun.
+        names = ("learner step", "acting step") if local else ("learner step",)
+        tuners, self.choice = speed(
+            cfg, accel, device, updates, *(() if world.distributed else names)
+        )
+        self.tracker, self.dropped = EpisodeTracker(window=100), Count()
+        scalers = None if self.scalers is None else Scalers(self.scalers, world.rank)
+        self.state = TrainerState(
+            episodes=self.tracker, dropped=self.dropped, threads=tuners, compile=self.choice,
+            reward_scalers=scalers,
+        )  # fmt: skip
+        self.state.load_state_dict(run.resumed_payload or {})
+        self.choice.set_updates_left(updates - self.state.update)
+        self.pool = self._start_pool(run, num_envs)
+        for actor in self.pool.actors if isinstance(self.pool, LocalPool) else ():
+            actor.loop.threads = tuners.get("acting step")
+            accel.act_through(actor, agent)
+
+    def _start_pool(self, run: Run, num_envs: int) -> ActorPool:
+        """The actor pool, acting with the learner's weights (the same on every learner)."""
+        cfg, world, update = run.cfg, run.world, self.state.update
+        # Learner processes: the same weights everywhere, other actors (seeds) on each.
+        distributed.broadcast_module_(self.agent)
+        # actor_seed: actor i resets with seed + i * N
+        self.seed_offset = world.rank * cfg.runtime.num_actors * num_envs
+        if world.rank:
+            seed_everything(cfg.seed + update + 1_000_003 * world.rank)
+        pool = build_pool(
+            cfg,
+            self.agent,
+            self.envs,
+            seed=cfg.seed + update + self.seed_offset,
+            device=run.device,
+            on_info=self.tracker.update,
+        )
+        pool.publish(self.agent.state_dict(), update)
+        return pool
+
+    def _batch(self) -> tuple[list[Rollout], list[int]]:
+        """``algo.batch_rollouts`` rollouts fresh enough to correct, and their policy lags."""
+        algo, pool = self.run.cfg.algo, self.pool
+        rollouts: list[Rollout] = []
+        lags: list[int] = []
+        while len(rollouts) < algo.batch_rollouts:
+            rollout = pool.get()
+            scale_rewards(rollout, self.scalers)  # every rollout: the running returns go on
+            lag = self.state.update - rollout.policy_version
+            if lag > algo.max_policy_lag:  # too stale to correct: dropped and counted
+                self.dropped.value += 1
                 pool.release(rollout)
-            distributed.broadcast_module_(agent, buffers_only=True)  # rank 0's obs statistics
-            learn_s = time.perf_counter() - t_learn
-            global_step += steps_per_update
-            state.update += 1
-            pool.publish(agent.state_dict(), state.update)
-            stats = pool.stats()
-            # The learner's work, and acting where it runs here.
-            choice.after_update(learn_s + (stats.get("act_ms", 0.0) / 1e3 if local else 0.0))
-            sps = (global_step - start_step) / (time.perf_counter() - start)
-            logger.log(
-                global_step,
-                {
-                    **{f"losses/{k}": v for k, v in metrics.items()},
-                    **tracker.metrics(),
-                    "charts/SPS": sps,
-                    "perf/learner_sps": steps_per_update / max(learn_s, 1e-9),
-                    "perf/policy_lag": sum(lags) / len(lags),
-                    "perf/queue_wait_ms": stats.get("queue_wait_ms", 0.0),
-                    "perf/actor_restarts": stats.get("restarts", 0.0),
-                    "perf/dropped_rollouts": dropped.value + stats.get("dropped", 0.0),
-                    "perf/env_ms": stats.get("env_ms", 0.0),
-                    "perf/act_ms": stats.get("act_ms", 0.0),
-                    "perf/learn_ms": 1e3 * learn_s,
-                },
-            )
-            logger.log_histogram(global_step, "perf/policy_lag", torch.tensor(lags))
-            for name, values in learner.distributions.items():  # e.g. ponder steps per token
-                logger.log_histogram(global_step, f"charts/{name}", values)
-            evaluation.after_update(state.update, global_step, logger)
-            done = global_step >= cfg.total_steps
-            stopping = stop.poll() and not done  # a signal: checkpoint now, then stop
-            if stopping or done or state.update % cfg.checkpoint_every == 0:
-                run.save(global_step, agent, learner, spaces, extra=state.state_dict())
-                if local:
-                    # Every env starts afresh after a checkpoint, as in a run resumed from it,
-                    # so an interrupted run continues exactly as this one does. Actors in other
-                    # processes run asynchronously (no resume repeats them exactly), so there
-                    # episodes go on: cutting them every checkpoint_every updates of one
-                    # rollout would cap long episodes (CartPole's 500 steps).
-                    pool.restart_envs(cfg.seed + state.update + seed_offset)
-                    for scaler in scalers or ():  # running returns belong to the cut episodes
-                        scaler.returns.zero_()
-            if bar is not None:
-                bar.update(steps_per_update, ret=tracker.mean_return)
-            if stopping:
-                status = stop.status  # interrupted (a signal) or stopped_early
-                if world.is_main:
-                    stop.report(global_step, run.latest_checkpoint(), run.dir)
-                break
-    except NonFiniteLossError as err:
-        status = "stopped"
-        run.stop_message(global_step, err)
-    finally:
-        if bar is not None:
-            bar.close()
-        logger.close()
-        pool.close()  # stops the actors, as at a normal finish
-        evaluation.close()
+                continue
+            rollouts.append(rollout)
+            lags.append(lag)
+        return rollouts, lags
+
+    def update(self) -> None:
+        """Take a batch of rollouts, update, publish the weights, log, evaluate where due."""
+        pool, agent, state = self.pool, self.agent, self.state
+        rollouts, lags = self._batch()
+        t_learn = time.perf_counter()
+        metrics = self.learner.update(
+            [r.buffer for r in rollouts], [r.bootstrap_value for r in rollouts]
+        )
+        for rollout in rollouts:  # after the update: acting == replay within a rollout
+            agent.update_obs_norm(rollout.buffer.obs)
+            pool.release(rollout)
+        distributed.broadcast_module_(agent, buffers_only=True)  # rank 0's obs statistics
+        learn_s = time.perf_counter() - t_learn
+        self.progress += self.steps_per_update
+        state.update += 1
+        pool.publish(agent.state_dict(), state.update)
+        stats = pool.stats()
+        # The learner's work, and acting where it runs here.
+        self.choice.after_update(learn_s + (stats.get("act_ms", 0.0) / 1e3 if self.local else 0))
+        self._log(metrics, lags, stats, learn_s)
+        self.evaluation.after_update(state.update, self.progress, self.logger)
+        if self.bar is not None:
+            self.bar.update(self.steps_per_update, ret=self.tracker.mean_return)
+
+    def _log(
+        self, metrics: dict[str, Any], lags: list[int], stats: dict[str, float], learn_s: float
+    ) -> None:
+        logger, step = self.logger, self.progress
+        logger.log(
+            step,
+            {
+                **{f"losses/{k}": v for k, v in metrics.items()},
+                **self.tracker.metrics(),
+                "charts/SPS": self.elapsed_rate(),
+                "perf/learner_sps": self.steps_per_update / max(learn_s, 1e-9),
+                "perf/policy_lag": sum(lags) / len(lags),
+                "perf/queue_wait_ms": stats.get("queue_wait_ms", 0.0),
+                "perf/actor_restarts": stats.get("restarts", 0.0),
+                "perf/dropped_rollouts": self.dropped.value + stats.get("dropped", 0.0),
+                "perf/env_ms": stats.get("env_ms", 0.0),
+                "perf/act_ms": stats.get("act_ms", 0.0),
+                "perf/learn_ms": 1e3 * learn_s,
+            },
+        )
+        logger.log_histogram(step, "perf/policy_lag", torch.tensor(lags))
+        for name, values in self.learner.distributions.items():  # e.g. ponder steps per token
+            logger.log_histogram(step, f"charts/{name}", values)
+
+    def checkpoint(self, done: bool, stopping: bool) -> None:
+        """Every ``checkpoint_every`` updates, at the end and when stopping (all ranks)."""
+        cfg, state = self.run.cfg, self.state
+        if not (stopping or done or state.update % cfg.checkpoint_every == 0):
+            return
+        self.run.save(self.progress, self.agent, self.learner, self.spaces, state.state_dict())
+        if self.local:
+            # Every env starts afresh after a checkpoint, as in a run resumed from it, so an
+            # interrupted run continues exactly as this one does. Actors in other processes
+            # run asynchronously (no resume repeats them exactly), so there episodes go on:
+            # cutting them every checkpoint_every updates of one rollout would cap long
+            # episodes (CartPole's 500 steps).
+            self.pool.restart_envs(cfg.seed + state.update + self.seed_offset)
+            for scaler in self.scalers or ():  # running returns belong to the cut episodes
+                scaler.returns.zero_()
+
+    def close(self, status: str) -> None:
+        """Stop the actors (as at a normal finish), close the envs."""
+        if hasattr(self, "pool"):
+            self.pool.close()
+        else:  # build stopped before the pool took the envs over
+            for envs in getattr(self, "envs", ()):
+                envs.close()
+        if hasattr(self, "evaluation"):
+            self.evaluation.close()
         if status == "interrupted":  # torchrun stops every process once one exits: rank 0
             distributed.barrier()  # has written its checkpoint and closed before any exits
-        run.close()
-        stop.restore()
-    return {
-        "status": status,
-        "run_dir": str(run.dir),
-        "global_step": global_step,
-        "updates": state.update,
-        "dropped_rollouts": dropped.value,
-        "episodic_return": tracker.mean_return,
-        "episodic_length": tracker.mean_length,
-        "success_rate": tracker.success_rate,
-        "episodes": tracker.episodes_seen,
-        "SPS": (global_step - start_step) / max(1e-9, time.perf_counter() - start),
-        "checkpoint": run.latest_checkpoint(),
-        **evaluation.summary(),
-        **stop.summary(status),
-    }
+
+    def summary(self, status: str) -> dict[str, Any]:
+        """The online summary, with the rollouts dropped as too stale."""
+        return {**super().summary(status), "dropped_rollouts": self.dropped.value}
+
+
+def train_impala(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
+    """Train for ``total_steps`` env steps (steps trained on); returns the final summary."""
+    return ImpalaTrainer(plan, callbacks).train()

@@ -1,7 +1,7 @@
 """Offline training of return-conditioned policies: ``rltrans.train agent=dt dataset=<id>``.
 
-Decision Transformer (Chen et al. 2021) and its BC baseline both train here. Reads top to
-bottom over the same run context as PPO (:mod:`rltrans.run`): open the run, load the
+Decision Transformer (Chen et al. 2021) and its BC baseline both train here, on the trainers'
+shared skeleton (:class:`rltrans.trainers.skeleton.Trainer`), as PPO: open the run, load the
 dataset, build, then loop
 
     sample B windows of K steps -> agent.loss -> AdamW step (warmup, clip) -> log
@@ -38,7 +38,7 @@ from rltrans.envs.offline import (
     env_config_from_spec,
     load_dataset,
 )
-from rltrans.learners import Learner, NonFiniteLossError
+from rltrans.learners import Learner
 from rltrans.registry import agent_entry, build_agent
 from rltrans.run import Run
 from rltrans.runtime.episodes import MaxStepsError
@@ -48,10 +48,9 @@ from rltrans.trainers.common import (
     EVAL_SEED_OFFSET,
     Callbacks,
     TrainerState,
-    logger_and_bar,
     speed,
 )
-from rltrans.trainers.stop import StopSignals
+from rltrans.trainers.skeleton import Trainer
 
 __all__ = ["derive_targets", "eval_metrics", "train_offline"]
 
@@ -212,173 +211,201 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
     return dataset, info
 
 
-def train_offline(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
-    """DT/BC on a fixed dataset for ``train_steps`` gradient steps; returns the final summary."""
-    cfg = plan.config
-    context = window_length(cfg)
-    name = f"{str(cfg.dataset).replace('/', '_')}-{cfg.agent.kind}"
-    run = Run.start(plan.config, name=name)
-    cfg, device, algo = run.cfg, run.device, run.cfg.algo
-    with run.building("dataset"):
-        dataset, data_info = load(cfg)  # on resume: the saved config's dataset
-        # Data -> K-step windows; statistics computed once, stored in the model and checkpoint.
-        buffer = TrajectoryBuffer(
-            dataset,
-            context,
-            return_scale=algo.return_scale,
-            max_timestep=cfg.agent.get("max_timestep"),
-            top_fraction=algo.top_fraction,
-            seed=cfg.seed,
+class OfflineTrainer(Trainer):
+    """DT / BC on the skeleton of :class:`rltrans.trainers.skeleton.Trainer`; an update is one
+    gradient step."""
+
+    unit = "grad step"
+
+    def __init__(self, plan: RunPlan, callbacks: Callbacks | None = None) -> None:
+        super().__init__(plan, callbacks)
+        self.envs: Any = None
+        self.results: list[TargetResult] = []
+        self.totals: dict[str, torch.Tensor] = {}
+        self.count, self.sample_s, self.learn_s, self.train_s, self.eval_s = 0, 0.0, 0.0, 0.0, 0.0
+        self.evaluated = False  # whether this update evaluated (and so saved)
+
+    def name(self) -> str:
+        """<dataset>-<agent kind>."""
+        cfg = self.plan.config
+        window_length(cfg)  # an agent that is not return-conditioned: refused before a folder
+        return f"{str(cfg.dataset).replace('/', '_')}-{cfg.agent.kind}"
+
+    def build(self, run: Run) -> None:
+        """Dataset windows, evaluation env, agent, learner and the resumed state."""
+        cfg, device, algo = run.cfg, run.device, run.cfg.algo
+        with run.building("dataset"):
+            dataset, self.data_info = load(cfg)  # on resume: the saved config's dataset
+            # Data -> K-step windows; statistics computed once, kept in model and checkpoint.
+            self.buffer = TrajectoryBuffer(
+                dataset,
+                window_length(cfg),
+                return_scale=algo.return_scale,
+                max_timestep=cfg.agent.get("max_timestep"),
+                top_fraction=algo.top_fraction,
+                seed=cfg.seed,
+            )
+        self.spaces = (self.buffer.observation_space, self.buffer.action_space)
+        self.targets = eval_targets(cfg, dataset.returns())
+        env_cfg = self._eval_env(run, dataset)
+        with run.building("agent"):
+            check_resources(cfg, spaces=self.spaces)  # the heads and encoders the spaces size
+            stats = self.buffer.stats()
+            self.agent = build_agent(to_container(cfg.agent), *self.spaces, stats=stats)
+            self.agent.to(device)
+        self.total = train_steps = int(cfg.train_steps)
+        self.accel = accel = Accel()
+        self.learner = Learner(
+            self.agent,
+            lr=algo.lr,
+            total_updates=train_steps,
+            anneal_lr=algo.anneal_lr,
+            warmup_updates=min(int(algo.warmup_updates), int(WARMUP_CAP * train_steps)),
+            max_grad_norm=algo.max_grad_norm,
+            weight_decay=algo.weight_decay,
+            eps=algo.adam_eps,
+            amp=algo.amp,
+            accel=accel,
         )
-    spaces = (buffer.observation_space, buffer.action_space)
-    targets = eval_targets(cfg, dataset.returns())
-    num_eval = len(targets) * algo.eval_episodes
-    envs = None
-    with run.building("env"):
-        # The config keeps what was asked (env=dataset); checkpoints record the env it
-        # resolved to, which rltrans.evaluate and rltrans.collect rebuild.
-        env_cfg = eval_env_config(cfg, dataset, max(num_eval, 1), required=num_eval > 0)
-        if num_eval > 0:
-            # ONE vector env for every evaluation: env i plays target i // eval_episodes.
-            seed = cfg.seed + EVAL_SEED_OFFSET
-            envs = make_env(env_cfg, seed=seed, device=device, training=False)
-            env_spaces = (envs.single_observation_space, envs.single_action_space)
-            check_same_spaces(
-                spaces, env_spaces, expected_label=f"dataset {cfg.dataset!r} has",
-                actual_label="the evaluation env has",
-            )  # fmt: skip
-    with run.building("agent"):
-        check_resources(cfg, spaces=spaces)  # the heads and encoders the spaces size
-        agent = build_agent(to_container(cfg.agent), *spaces, stats=buffer.stats()).to(device)
-    train_steps = int(cfg.train_steps)
-    accel = Accel()
-    learner = Learner(
-        agent,
-        lr=algo.lr,
-        total_updates=train_steps,
-        anneal_lr=algo.anneal_lr,
-        warmup_updates=min(int(algo.warmup_updates), int(WARMUP_CAP * train_steps)),
-        max_grad_norm=algo.max_grad_norm,
-        weight_decay=algo.weight_decay,
-        eps=algo.adam_eps,
-        amp=algo.amp,
-        accel=accel,
-    )
-    step = run.resume(agent, learner, spaces)
-    # compile: the agent's loss (forward and backward) through torch.compile; auto decides
-    # from the first 20 gradient steps (an "update" is one step here).
-    tuners, choice = speed(cfg, accel, device, train_steps, "learner step", measure=20)
-    sampler = SamplerState(np.random.default_rng(cfg.seed))  # window sampling
-    state = TrainerState(sampler_rng=sampler, threads=tuners, compile=choice)
-    state.load_state_dict(run.resumed_payload or {})
-    choice.set_updates_left(train_steps - step)
-    logger, bar = logger_and_bar(cfg, run, step, train_steps, "grad step")
-    results: list[TargetResult] = []
-    totals: dict[str, torch.Tensor] = {}
-    count, sample_s, learn_s, train_s, eval_s = 0, 0.0, 0.0, 0.0, 0.0
-    start, start_step, status = time.perf_counter(), step, "finished"
-    extra = {"agent_kwargs": {"stats": buffer.stats()}, "dataset": data_info}
-    extra.update(eval_targets=targets, eval_env=env_cfg)
+        self.progress = run.resume(self.agent, self.learner, self.spaces)
+        # compile: the agent's loss (forward and backward) through torch.compile; auto decides
+        # from the first 20 gradient steps (an "update" is one step here).
+        tuners, self.choice = speed(cfg, accel, device, train_steps, "learner step", measure=20)
+        self.sampler = SamplerState(np.random.default_rng(cfg.seed))  # window sampling
+        self.state = TrainerState(sampler_rng=self.sampler, threads=tuners, compile=self.choice)
+        self.state.load_state_dict(run.resumed_payload or {})
+        self.choice.set_updates_left(train_steps - self.progress)
+        self.extra = {"agent_kwargs": {"stats": stats}, "dataset": self.data_info}
+        self.extra.update(eval_targets=self.targets, eval_env=env_cfg)
+        self.agent.train()
 
-    def save() -> None:
-        state.update = step
-        run.save(step, agent, learner, spaces, extra={**extra, **state.state_dict()})
+    def _eval_env(self, run: Run, dataset: OfflineDataset) -> dict[str, Any]:
+        """The evaluation env's config (what checkpoints record); builds the env itself
+        where there is evaluation: ONE vector env, env i plays target i // eval_episodes."""
+        cfg, algo = run.cfg, run.cfg.algo
+        num_eval = len(self.targets) * algo.eval_episodes
+        with run.building("env"):
+            # The config keeps what was asked (env=dataset); checkpoints record the env it
+            # resolved to, which rltrans.evaluate and rltrans.collect rebuild.
+            env_cfg = eval_env_config(cfg, dataset, max(num_eval, 1), required=num_eval > 0)
+            if num_eval > 0:
+                seed = cfg.seed + EVAL_SEED_OFFSET
+                self.envs = make_env(env_cfg, seed=seed, device=run.device, training=False)
+                env_spaces = (self.envs.single_observation_space, self.envs.single_action_space)
+                check_same_spaces(
+                    self.spaces, env_spaces, expected_label=f"dataset {cfg.dataset!r} has",
+                    actual_label="the evaluation env has",
+                )  # fmt: skip
+        return env_cfg
 
-    def evaluate_and_save() -> list[TargetResult]:
-        found = []
-        if envs is not None:
+    def update(self) -> None:
+        """One gradient step on B sampled windows; log every ``algo.log_every`` steps,
+        evaluate and checkpoint every ``algo.eval_every`` steps and at the end."""
+        algo, accel, learner = self.run.cfg.algo, self.accel, self.learner
+        t0 = time.perf_counter()
+        batch = self.buffer.sample(algo.batch_size, self.sampler.rng, device=self.run.device)
+        t1 = time.perf_counter()
+        with accel.step():
+            loss_fn = accel.program(self.agent.loss)
+            with learner.autocast():
+                loss, metrics = loss_fn(batch)
+            metrics["grad_norm"] = learner.step(loss)
+        learner.end_update()  # the lr schedule counts gradient steps
+        t2 = time.perf_counter()
+        self.choice.after_update(t2 - t1)
+        self.sample_s, self.learn_s = self.sample_s + t1 - t0, self.learn_s + t2 - t1
+        self.train_s += t2 - t0
+        for k, v in metrics.items():  # 0-d tensors: no host sync per step
+            self.totals[k] = self.totals.get(k, 0.0) + v.detach().float()
+        self.count, self.progress = self.count + 1, self.progress + 1
+        if self.progress % algo.log_every == 0 or self.progress == self.total:
+            self._log()
+        every = algo.eval_every  # evaluate and save every eval_every steps and at the end
+        self.evaluated = bool(every and self.progress % every == 0) or self.finished()
+        if self.evaluated:
+            self._evaluate_and_save()
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def _log(self) -> None:
+        count = self.count
+        self.logger.log(
+            self.progress,
+            {
+                **{f"losses/{k}": v / count for k, v in self.totals.items()},
+                "charts/lr": self.learner.lr,
+                "charts/SPS": self.elapsed_rate(),
+                "perf/sample_ms": 1e3 * self.sample_s / count,
+                "perf/learn_ms": 1e3 * self.learn_s / count,
+            },
+        )
+        if self.bar is not None:
+            self.bar.update(0, loss=self.logger.summary().get("losses/action"))
+        self.totals, self.count, self.sample_s, self.learn_s = {}, 0, 0.0, 0.0
+
+    def _save(self) -> None:
+        self.state.update = self.progress
+        extra = {**self.extra, **self.state.state_dict()}
+        self.run.save(self.progress, self.agent, self.learner, self.spaces, extra=extra)
+
+    def _evaluate_and_save(self) -> None:
+        """Play every target return (where there is an env), log, checkpoint."""
+        algo, start = self.run.cfg.algo, time.perf_counter()
+        if self.envs is not None:
             try:
-                found = evaluate_targets(
-                    agent, envs, targets, algo.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET,
-                    device=device, deterministic=algo.eval_deterministic,
-                    max_steps=algo.eval_max_steps,
+                self.results = evaluate_targets(
+                    self.agent, self.envs, self.targets, algo.eval_episodes,
+                    seed=self.run.cfg.seed + EVAL_SEED_OFFSET, device=self.run.device,
+                    deterministic=algo.eval_deterministic, max_steps=algo.eval_max_steps,
                 )  # fmt: skip
             except MaxStepsError as err:  # an env whose episodes never end (no time limit)
                 raise ConfigError(
                     f"{err} (algo.eval_max_steps): the evaluation env's episodes do not end; "
                     f"give it a time limit or raise algo.eval_max_steps"
                 ) from None
-            logger.log(step, eval_metrics(found))
-        save()
-        return found
+            self.logger.log(self.progress, eval_metrics(self.results))
+        self._save()
+        self.eval_s += time.perf_counter() - start
+        if self.bar is not None and self.results:
+            self.bar.update(0, ret=eval_metrics(self.results)["eval/return_mean"])
 
-    agent.train()
-    stop = StopSignals().install()  # SIGINT / SIGTERM: finish the step, checkpoint, stop
-    (callbacks or Callbacks()).attach(logger, stop)  # rltrans.learn's on_log / on_eval
-    try:
-        while step < train_steps:
-            t0 = time.perf_counter()
-            batch = buffer.sample(algo.batch_size, sampler.rng, device=device)  # (B, K, ...)
-            t1 = time.perf_counter()
-            with accel.step():
-                loss_fn = accel.program(agent.loss)
-                with learner.autocast():
-                    loss, metrics = loss_fn(batch)
-                metrics["grad_norm"] = learner.step(loss)
-            learner.end_update()  # the lr schedule counts gradient steps
-            t2 = time.perf_counter()
-            choice.after_update(t2 - t1)
-            sample_s, learn_s, train_s = sample_s + t1 - t0, learn_s + t2 - t1, train_s + t2 - t0
-            for k, v in metrics.items():  # 0-d tensors: no host sync per step
-                totals[k] = totals.get(k, 0.0) + v.detach().float()
-            count, step = count + 1, step + 1
-            if step % algo.log_every == 0 or step == train_steps:
-                logger.log(
-                    step,
-                    {
-                        **{f"losses/{k}": v / count for k, v in totals.items()},
-                        "charts/lr": learner.lr,
-                        "charts/SPS": (step - start_step) / (time.perf_counter() - start),
-                        "perf/sample_ms": 1e3 * sample_s / count,
-                        "perf/learn_ms": 1e3 * learn_s / count,
-                    },
-                )
-                if bar is not None:
-                    bar.update(0, loss=logger.summary().get("losses/action"))
-                totals, count, sample_s, learn_s = {}, 0, 0.0, 0.0
-            evaluating = (algo.eval_every and step % algo.eval_every == 0) or step == train_steps
-            if evaluating:
-                t_eval = time.perf_counter()
-                results = evaluate_and_save()
-                eval_s += time.perf_counter() - t_eval
-                if bar is not None and results:
-                    bar.update(0, ret=eval_metrics(results)["eval/return_mean"])
-            if bar is not None:
-                bar.update(1)
-            if stop.poll() and step < train_steps:
-                if not evaluating:  # (an evaluation has just saved this step)
-                    save()
-                status = stop.status  # interrupted (a signal) or stopped_early
-                stop.report(step, run.latest_checkpoint(), run.dir)
-                break
-        if step == start_step:  # nothing left to train (resumed at the end): evaluate once
-            results = evaluate_and_save()
-    except NonFiniteLossError as err:
-        status = "stopped"
-        run.stop_message(step, err)
-    finally:
-        if bar is not None:
-            bar.close()
-        logger.close()
-        if envs is not None:
-            envs.close()
-        run.close()
-        stop.restore()
-    summary: dict[str, Any] = {
-        "status": status,
-        "run_dir": str(run.dir),
-        "dataset": data_info,
-        "train_steps": step,  # gradient steps, resumed ones included
-        "loss": logger.summary().get("losses/action"),
-        "steps_per_s": (step - start_step) / max(1e-9, train_s),  # training only
-        "eval_s": eval_s,
-        "wall_s": time.perf_counter() - start,
-        "eval_targets": targets,
-        "eval_episodes_per_target": int(algo.eval_episodes),
-        "checkpoint": run.latest_checkpoint(),
-        **stop.summary(status),
-    }
-    if results:
-        summary["return_by_target"] = {f"{r.target:g}": float(np.mean(r.returns)) for r in results}
-        summary["eval_mean_return"] = eval_metrics(results)["eval/return_mean"]
-    return summary
+    def checkpoint(self, done: bool, stopping: bool) -> None:
+        """Save when stopping between evaluations (each evaluation saves its step)."""
+        if stopping and not self.evaluated:
+            self._save()
+
+    def begin(self) -> None:
+        """A run resumed at its end trains nothing: it evaluates once, for its summary."""
+        if self.finished():
+            self._evaluate_and_save()
+
+    def close(self, status: str) -> None:
+        """Close the evaluation env."""
+        if self.envs is not None:
+            self.envs.close()
+
+    def summary(self, status: str) -> dict[str, Any]:
+        """status, dataset, gradient steps, loss, speed, and the return of every target."""
+        summary: dict[str, Any] = {
+            "status": status,
+            "run_dir": str(self.run.dir),
+            "dataset": self.data_info,
+            "train_steps": self.progress,  # gradient steps, resumed ones included
+            "loss": self.logger.summary().get("losses/action"),
+            "steps_per_s": (self.progress - self.start_progress) / max(1e-9, self.train_s),
+            "eval_s": self.eval_s,
+            "wall_s": time.perf_counter() - self.start_time,
+            "eval_targets": self.targets,
+            "eval_episodes_per_target": int(self.run.cfg.algo.eval_episodes),
+            "checkpoint": self.run.latest_checkpoint(),
+        }
+        if self.results:
+            by_target = {f"{r.target:g}": float(np.mean(r.returns)) for r in self.results}
+            summary["return_by_target"] = by_target
+            summary["eval_mean_return"] = eval_metrics(self.results)["eval/return_mean"]
+        return summary
+
+
+def train_offline(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
+    """DT/BC on a fixed dataset for ``train_steps`` gradient steps; returns the final summary."""
+    return OfflineTrainer(plan, callbacks).train()
