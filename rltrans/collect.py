@@ -202,13 +202,11 @@ def _epsilons(cfg: DictConfig) -> list[float]:
     return eps
 
 
-def collect(cfg: DictConfig) -> dict[str, Any]:
-    """Collect the episodes a config describes, write the dataset, return the summary."""
+def _dataset_path(cfg: DictConfig) -> Path:
+    """Where ``dataset_id`` will be written; refused before collecting when the id is bad or
+    the dataset exists without ``overwrite=true``."""
     from minari.dataset.minari_dataset import parse_dataset_id
     from minari.storage.datasets_root_dir import get_dataset_path
-
-    from rltrans.envs.minari_data import write_minari
-    from rltrans.runtime.collection import collect_episodes
 
     if cfg.dataset_id is None:
         raise ConfigError("dataset_id=<namespace/name-vN> is required, e.g. rltrans/cartpole-v0")
@@ -223,6 +221,15 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
     path = Path(get_dataset_path(str(cfg.dataset_id)))
     if path.exists() and not cfg.overwrite:  # fail before collecting, not after
         raise ConfigError(f"dataset {cfg.dataset_id} exists at {path}; pass overwrite=true")
+    return path
+
+
+def collect(cfg: DictConfig) -> dict[str, Any]:
+    """Collect the episodes a config describes, write the dataset, return the summary."""
+    from rltrans.envs.minari_data import write_minari
+    from rltrans.runtime.collection import collect_episodes
+
+    path = _dataset_path(cfg)
     device = setup(cfg)
     policy, spec, name, info = resolve_policy(cfg, device)
     epsilons = _epsilons(cfg)

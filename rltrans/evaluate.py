@@ -24,8 +24,8 @@ from rltrans.accel import thread_tuners
 from rltrans.checkpoint import load_checkpoint
 from rltrans.cli import run_cli
 from rltrans.config import ConfigError
+from rltrans.config.keys import MAX_ENVS
 from rltrans.config.resources import check_resources
-from rltrans.config.schema import MAX_ENVS
 from rltrans.envs import make_env
 from rltrans.fsutil import check_output
 from rltrans.policy import (
@@ -117,19 +117,11 @@ def _summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     }
 
 
-def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    """Run the evaluation a config describes and return the summary."""
-    if cfg.checkpoint is None:
-        raise ConfigError("checkpoint=<checkpoint file or run dir> is required")
-    device = setup(cfg)
-    path = resolve_checkpoint(cfg.checkpoint)
-    payload = load_checkpoint(path, map_location=device)
-    # The one estimate, once this command line and the checkpoint's config are combined.
-    check_payload(payload, f"checkpoint {path}")
-    spaces, envs_needed = payload_spaces(payload), acting_envs(cfg, payload, path)
-    check_resources(payload["config"], spaces=spaces, acting_envs=envs_needed)
-    agent, entry = agent_from_checkpoint(payload, device, source=f"checkpoint {path}")
-    conditioned = entry.return_conditioned
+def _play_settings(
+    cfg: DictConfig, payload: dict[str, Any], path: Path, conditioned: bool
+) -> tuple[list[float], bool, int | None]:
+    """(target returns, deterministic, num_envs) of an evaluation: a return-conditioned
+    policy plays every episode of every target in its own env."""
     if cfg.target_return is not None and not conditioned:
         raise ConfigError(
             f"target_return applies to return-conditioned policies (agent=dt|bc); {path} holds "
@@ -146,6 +138,23 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             f"episodes={cfg.episodes} x {len(targets)} target returns = {num_envs} envs, more "
             f"than {MAX_ENVS}; lower episodes (DT/BC play every episode in its own env)"
         )
+    return targets, bool(deterministic), num_envs
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Run the evaluation a config describes and return the summary."""
+    if cfg.checkpoint is None:
+        raise ConfigError("checkpoint=<checkpoint file or run dir> is required")
+    device = setup(cfg)
+    path = resolve_checkpoint(cfg.checkpoint)
+    payload = load_checkpoint(path, map_location=device)
+    # The one estimate, once this command line and the checkpoint's config are combined.
+    check_payload(payload, f"checkpoint {path}")
+    spaces, envs_needed = payload_spaces(payload), acting_envs(cfg, payload, path)
+    check_resources(payload["config"], spaces=spaces, acting_envs=envs_needed)
+    agent, entry = agent_from_checkpoint(payload, device, source=f"checkpoint {path}")
+    conditioned = entry.return_conditioned
+    targets, deterministic, num_envs = _play_settings(cfg, payload, path, conditioned)
     env_cfg = eval_env_config(cfg, payload, num_envs)
     check_env_code(env_cfg, cfg.trust_env_code, f"the env config of checkpoint {path}")
     gif_path = Path(cfg.video_dir or path.parent.parent / "videos") / "eval.gif"

@@ -34,8 +34,8 @@ import torch
 from rltrans.accel.threads import AUTO, ThreadTuner, tuned
 from rltrans.checkpoint import CheckpointError, check_finite_weights, load_checkpoint
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
+from rltrans.config.keys import MAX_LENGTH
 from rltrans.config.resources import weights_problem
-from rltrans.config.schema import MAX_LENGTH
 from rltrans.registry import (
     AgentEntry,
     RegistryError,

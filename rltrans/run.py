@@ -41,8 +41,6 @@ from rltrans.checkpoint import (
     CheckpointManager,
     check_finite_weights,
     load_checkpoint,
-    restore_rng_state,
-    rng_state,
 )
 from rltrans.config import (
     ConfigError,
@@ -50,6 +48,7 @@ from rltrans.config import (
 )
 from rltrans.config.errors import first_line
 from rltrans.distributed import World
+from rltrans.rng import restore_rng_state, rng_state
 from rltrans.run_folder import (
     CONFIG_FILE,
     LOCK_FILE,

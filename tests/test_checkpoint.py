@@ -22,10 +22,9 @@ from rltrans.checkpoint import (
     CheckpointManager,
     CheckpointVersionError,
     load_checkpoint,
-    restore_rng_state,
-    rng_state,
     save_checkpoint,
 )
+from rltrans.rng import restore_rng_state, rng_state
 from rltrans.spaces import (
     SpaceMismatchError,
     check_same_spaces,

@@ -185,6 +185,7 @@ CONFIG_MODULES = [
     "files",
     "spec",
     "resources",
+    "keys",
     "schema",
     "applies",
     "compose",

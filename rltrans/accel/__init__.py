@@ -68,15 +68,19 @@ class Accel:
         """Context for one learner step: sets (and while measuring, times) the thread plan."""
         return tuned(self.threads)
 
-    def program(self, fn: Callable, device: Any = "cpu") -> Callable:
+    def program(
+        self, fn: Callable, device: Any = "cpu", owner: nn.Module | None = None
+    ) -> Callable:
         """``fn`` as it should run now (on ``device``): compiled (compiled at its first call
         and kept) when compiling, else eager. Eager while the thread plan is still measured:
-        compiled kernels keep the thread count they were built with."""
+        compiled kernels keep the thread count they were built with. ``owner``: the model
+        ``fn`` runs (default: the module ``fn`` is a method of), which takes its static
+        paths in the compiled program."""
         if not self.compiling or self.trialing_threads:
             return fn
         program = self._programs.get(fn)  # bound methods compare by object and function
         if program is None:
-            program = self._programs[fn] = compiled(fn, device=device)
+            program = self._programs[fn] = compiled(fn, device=device, owner=owner)
         return program
 
     def gradient(
@@ -87,7 +91,7 @@ class Accel:
         metrics and per-token aux values of the whole minibatch."""
         plan = self.threads.plan if self.threads is not None else None
         return self._parts.accumulate(
-            self.program(loss_fn, learner.device_type),
+            self.program(loss_fn, learner.device_type, owner=learner.model),
             batch,
             learner,
             count=part_count(batch, self.chunk_bytes),

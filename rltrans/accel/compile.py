@@ -26,6 +26,7 @@ Two tools, for two kinds of work:
 
 from __future__ import annotations
 
+import functools
 import getpass
 import hashlib
 import os
@@ -38,6 +39,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from rltrans.accel.static import static_modules, static_paths
 
 # Inductor options of every compiled program (public ``torch.compile`` options).
 # fallback_random: random ops run as aten's, so a compiled step draws the same dropout masks
@@ -54,15 +57,29 @@ OPTIONS: dict[str, Any] = {"cpp_wrapper": True, **KERNEL_OPTIONS}
 AOTI = torch.torch_version.TorchVersion(torch.__version__) >= (2, 6)
 
 
-def compiled(fn: Callable, *, fullgraph: bool = False, device: Any = "cpu") -> Callable:
+def compiled(
+    fn: Callable, *, fullgraph: bool = False, device: Any = "cpu", owner: nn.Module | None = None
+) -> Callable:
     """``torch.compile(fn)`` with rltrans' options: static shapes, torch's own random ops and,
-    for a program on the CPU, the C++ wrapper."""
+    for a program on the CPU, the C++ wrapper. ``owner`` (default: the module ``fn`` is a
+    method of) takes its static paths while the program runs (:mod:`rltrans.accel.static`)."""
     # The C++ wrapper saves the Python wrapper's per-call overhead, which on CPU is paid on
     # the critical path. On CUDA, kernel launches are asynchronous and hide it, and the C++
     # wrapper failed to build a backward graph on torch 2.11 ("CudaKernelParamCache not
     # populated"), so CUDA programs keep the Python wrapper.
     options = dict(OPTIONS) if torch.device(device).type == "cpu" else dict(KERNEL_OPTIONS)
-    return torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=options)
+    program = torch.compile(fn, fullgraph=fullgraph, dynamic=False, options=options)
+    owner = owner if owner is not None else getattr(fn, "__self__", None)
+    modules = static_modules(owner) if isinstance(owner, nn.Module) else []
+    if not modules:
+        return program
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with static_paths(modules):
+            return program(*args, **kwargs)
+
+    return run
 
 
 _NOTICES: set[str] = set()  # one-line notices already given in this process
@@ -155,7 +172,8 @@ class AheadOfTime:
                 first = str(err).strip().splitlines()[0] if str(err).strip() else ""
                 _report(f"compile: AOTInductor failed ({type(err).__name__}: {first[:200]}); "
                         f"the acting step uses torch.compile")  # fmt: skip
-        fn = compiled(self.fn, fullgraph=True, device="cpu" if on_cpu else "cuda")
+        device = "cpu" if on_cpu else "cuda"
+        fn = compiled(self.fn, fullgraph=True, device=device, owner=self.owner)
         return lambda args, leaves: fn(*args)
 
     def _ahead_of_time(self, args: tuple, spec: Any, leaves: list[torch.Tensor]) -> Callable:
@@ -168,7 +186,8 @@ class AheadOfTime:
         names = [name for name, _, _ in slots]
         flat = _Flat(call, names, spec)
         state = [table[leaf] for _, table, leaf in slots]
-        program = torch.export.export(flat, (*state, *leaves), strict=False)
+        with static_paths(static_modules(self.owner)):
+            program = torch.export.export(flat, (*state, *leaves), strict=False)
         package = _package_path(program)
         loaded = _load(package)
         if loaded is None:  # not cached (or unreadable): compile, then publish atomically

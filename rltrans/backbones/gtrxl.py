@@ -67,6 +67,8 @@ class TransformerStack(WindowedMemory, nn.Module):
     pure_step: ClassVar[bool] = True  # step_begin / step_outputs / step_end
     ponders: ClassVar[bool] = False
     selects_outputs: ClassVar[bool] = True  # forward(outputs=...)
+    # True while rltrans.accel traces a compiled program: no data-dependent shortcut.
+    static_graph = False
 
     def __init__(
         self, config: BlockConfig, layers: int, *, memory: int = 0, chunk: int | None = None
@@ -247,7 +249,7 @@ class TransformerStack(WindowedMemory, nn.Module):
         """How many of the last M steps ``block`` attends over: M, or with an adaptive span
         the steps its longest head can still weight (eager only: a compiled step keeps its
         static M and masks the rest)."""
-        if block.span is None or torch.compiler.is_compiling():
+        if block.span is None or self.static_graph:
             return self.memory
         return block.span.reach(self.memory)
 
@@ -342,7 +344,7 @@ class TransformerStack(WindowedMemory, nn.Module):
             wk, wv, block_mask, context = window_k[i], window_v[i], mask, contexts[i]
             if block.span is not None:  # the window's last K steps, weighted by the span
                 m = self.memory
-                keep = m if torch.compiler.is_compiling() else self.acting_reach[i]
+                keep = m if self.static_graph else self.acting_reach[i]
                 wk, wv, block_mask = (
                     wk[:, :, m - keep :],
                     wv[:, :, m - keep :],

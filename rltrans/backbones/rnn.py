@@ -29,6 +29,8 @@ class RNNBackbone(nn.Module):
     pure_step: ClassVar[bool] = False
     ponders: ClassVar[bool] = False
     selects_outputs: ClassVar[bool] = False
+    # True while rltrans.accel traces a compiled program: no data-dependent shortcut.
+    static_graph = False
 
     def __init__(self, dim: int, layers: int = 1, cell: CellKind = "lstm") -> None:
         super().__init__()
@@ -81,7 +83,7 @@ class RNNBackbone(nn.Module):
         state = memory if memory is not None else self.empty_memory(b, x.device, x.dtype)
         # Without resets the whole segment runs in one call; a compiled graph cannot branch on
         # data, so there the per-step loop (the same math) always runs.
-        if starts is None or (not torch.compiler.is_compiling() and not bool(starts.any())):
+        if starts is None or (not self.static_graph and not bool(starts.any())):
             return BackboneOutput(*self._run(x, state), {})
         return BackboneOutput(*self._run_with_resets(x, state, ~starts), {})
 

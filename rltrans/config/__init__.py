@@ -11,7 +11,8 @@ Modules, each importing only those listed before it:
 - :mod:`~rltrans.config.files`: where the shipped YAML lives (groups, options, kinds)
 - :mod:`~rltrans.config.spec`: what one key accepts and the one-line reports of a bad one
 - :mod:`~rltrans.config.resources`: the one resource estimate of a final config, size caps
-- :mod:`~rltrans.config.schema`: the specs of every key and :func:`check_config`
+- :mod:`~rltrans.config.keys`: what every key accepts (ranges, choices, null), per section
+- :mod:`~rltrans.config.schema`: :func:`check_config` against those specs, cross checks
 - :mod:`~rltrans.config.applies`: knobs that apply only under another choice
 - :mod:`~rltrans.config.compose`: Hydra composition, override checks, defaults, --help
 - :mod:`~rltrans.config.trust`: the trust boundary every config read from a file passes

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from rltrans.config.errors import ConfigError, format_problems
@@ -204,33 +205,8 @@ def estimate(
         parts["activations"] = (envs * step, f"{env_keys}, agent.memory, agent.dim")
         return parts
     if online:
-        steps, length = algo.get("num_steps") or 1, algo.get("segment_length") or 1
-        rollout = per_actor * steps * (obs_floats + 8.0) * 4.0
-        segments = per_actor * steps / length * layers * state * 4.0
-        keys = "algo.num_steps, algo.segment_length"
-        if kind == "impala" and remote:
-            slots = runtime.get("slots") or 2 * actors
-            parts["actor slots"] = (
-                slots * (rollout + segments),
-                f"runtime.slots, env.num_envs or runtime.envs_per_actor, {keys}, {state_keys}",
-            )
-            parts["actor processes"] = (actors * float(ACTOR_PROCESS_BYTES), "runtime.num_actors")
-        batches = algo.get("batch_rollouts") or 1
-        parts["rollout"] = (
-            (rollout + segments) * batches,
-            f"env.num_envs, {keys}, algo.batch_rollouts, agent.layers, {state_keys}",
-        )
-        samples = per_actor * steps * batches / (algo.get("num_minibatches") or 1)
-        chunk = agent.get("chunk") or length  # long segments train in chunks of agent.chunk
-        context = (agent.get("memory") or 0) + min(length, chunk)
-        if (algo.get("reconstruction_coef") or 0) > 0:
-            samples_keys = "env.num_envs, algo.num_steps / algo.num_minibatches"
-            parts["reconstruction"] = (samples * obs_floats * 8.0, samples_keys)
-        act_keys = (
-            "env.num_envs, algo.num_steps / algo.num_minibatches, agent.memory + "
-            "algo.segment_length (or agent.chunk), agent.dim, agent.layers"
-        )
-        tokens = samples
+        sizes = _Sizes(per_actor, actors, remote, obs_floats, layers, state, state_keys)
+        tokens, context, act_keys = _rollout_parts(parts, agent, algo, runtime, sizes)
     else:  # offline
         k = algo.get("context") or agent.get("context") or agent.get("history") or 1
         tokens, context = (algo.get("batch_size") or 1) * 3.0, 3 * k
@@ -240,6 +216,59 @@ def estimate(
     per_token = activations + 4.0 * layers * heads * (2 * context + reach)
     parts["activations"] = (tokens * per_token, act_keys)
     return parts
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """What :func:`estimate` has worked out that sizes an online run's rollouts."""
+
+    per_actor: int
+    actors: int
+    remote: bool
+    obs_floats: float
+    layers: int
+    state: float
+    state_keys: str
+
+
+def _rollout_parts(
+    parts: Parts, agent: dict, algo: dict, runtime: dict, sizes: _Sizes
+) -> tuple[float, float, str]:
+    """Add an online run's rollout (and actor slots) to ``parts``; returns the training
+    step's tokens, attention context and the keys that size its activations."""
+    per_actor, actors, remote = sizes.per_actor, sizes.actors, sizes.remote
+    obs_floats, layers, state, state_keys = (
+        sizes.obs_floats, sizes.layers, sizes.state, sizes.state_keys
+    )  # fmt: skip
+    kind = algo.get("kind")
+    steps, length = algo.get("num_steps") or 1, algo.get("segment_length") or 1
+    rollout = per_actor * steps * (obs_floats + 8.0) * 4.0
+    segments = per_actor * steps / length * layers * state * 4.0
+    keys = "algo.num_steps, algo.segment_length"
+    if kind == "impala" and remote:
+        slots = runtime.get("slots") or 2 * actors
+        parts["actor slots"] = (
+            slots * (rollout + segments),
+            f"runtime.slots, env.num_envs or runtime.envs_per_actor, {keys}, {state_keys}",
+        )
+        parts["actor processes"] = (actors * float(ACTOR_PROCESS_BYTES), "runtime.num_actors")
+    batches = algo.get("batch_rollouts") or 1
+    parts["rollout"] = (
+        (rollout + segments) * batches,
+        f"env.num_envs, {keys}, algo.batch_rollouts, agent.layers, {state_keys}",
+    )
+    samples = per_actor * steps * batches / (algo.get("num_minibatches") or 1)
+    chunk = agent.get("chunk") or length  # long segments train in chunks of agent.chunk
+    context = (agent.get("memory") or 0) + min(length, chunk)
+    if (algo.get("reconstruction_coef") or 0) > 0:
+        samples_keys = "env.num_envs, algo.num_steps / algo.num_minibatches"
+        parts["reconstruction"] = (samples * obs_floats * 8.0, samples_keys)
+    act_keys = (
+        "env.num_envs, algo.num_steps / algo.num_minibatches, agent.memory + "
+        "algo.segment_length (or agent.chunk), agent.dim, agent.layers"
+    )
+    tokens = samples
+    return tokens, context, act_keys
 
 
 def memory_estimate(cfg: dict) -> Parts:

@@ -336,6 +336,9 @@ class XLAttention(AttentionScheme):
     so the SDPA path stays available.
     """
 
+    # True while rltrans.accel traces a compiled program: no Python-side cache of the table.
+    static_graph = False
+
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
@@ -345,9 +348,9 @@ class XLAttention(AttentionScheme):
 
     def relative_keys(self, keys: int, length: int, device: torch.device) -> Tensor:
         """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L."""
-        # The table is a constant; a compiled graph computes it in place (no lru_cache there).
-        cached = not torch.compiler.is_compiling()
-        table_of = descending_sinusoid if cached else descending_sinusoid_table
+        # The table is a constant: cached in eager calls, computed in place in a compiled
+        # graph (no lru_cache there).
+        table_of = descending_sinusoid_table if self.static_graph else descending_sinusoid
         table = table_of(keys - 1, keys + length, self.dim, device)  # (W, D)
         r = self.r_proj(table.to(self.r_proj.weight.dtype))  # (W, D)
         return r.view(-1, self.heads, self.head_dim).transpose(0, 1)  # (H, W, E)

@@ -174,7 +174,7 @@ class ImpalaLearner(Learner):
                 ]
             for part, part_bootstrap in parts:
                 with self.accel.step():
-                    loss_fn = self.accel.program(self.batch_loss)
+                    loss_fn = self.accel.program(self.batch_loss, owner=self.model)
                     loss, metrics, aux = loss_fn(part, buffers[0].segment_length, part_bootstrap)
                     metrics["grad_norm"] = self.step(loss)
                 if first is None:

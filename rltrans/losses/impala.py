@@ -84,16 +84,24 @@ def impala_loss(
     entropy_mean = masked_mean(entropy, mask)
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
 
-    with torch.no_grad():
-        rhos = torch.exp(log_rhos)
-        metrics = {
-            "policy": policy_loss.detach(),
-            "value": value_loss.detach(),
-            "entropy": entropy_mean.detach(),
-            "rho_mean": masked_mean(rhos, mask),
-            "rho_clipfrac": masked_mean((rhos > rho_bar).to(rhos.dtype), mask),
-        }
-        if clip_coef is not None:
-            outside = ((rhos - 1.0).abs() > clip_coef).to(rhos.dtype)
-            metrics["clipfrac"] = masked_mean(outside, mask)
-    return loss, metrics
+    terms = {"policy": policy_loss, "value": value_loss, "entropy": entropy_mean}
+    return loss, _metrics(terms, log_rhos, rho_bar, clip_coef, mask)
+
+
+@torch.no_grad()
+def _metrics(
+    terms: dict[str, Tensor],
+    log_rhos: Tensor,
+    rho_bar: float,
+    clip_coef: float | None,
+    mask: Tensor | None,
+) -> dict[str, Tensor]:
+    """The loss terms, detached, and the importance ratios' mean and clipped fractions."""
+    rhos = torch.exp(log_rhos)
+    metrics = {name: term.detach() for name, term in terms.items()}
+    metrics["rho_mean"] = masked_mean(rhos, mask)
+    metrics["rho_clipfrac"] = masked_mean((rhos > rho_bar).to(rhos.dtype), mask)
+    if clip_coef is not None:
+        outside = ((rhos - 1.0).abs() > clip_coef).to(rhos.dtype)
+        metrics["clipfrac"] = masked_mean(outside, mask)
+    return metrics

@@ -27,9 +27,9 @@ from rltrans.accel import Accel
 from rltrans.buffers.trajectory import TrajectoryBuffer
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
 from rltrans.config.errors import first_line
+from rltrans.config.keys import MAX_LENGTH, MAX_SPACE_SIZE, MAX_STEPS
 from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_resources, wrapper_problems
-from rltrans.config.schema import MAX_LENGTH, MAX_SPACE_SIZE, MAX_STEPS
 from rltrans.envs import make_env
 from rltrans.envs.offline import (
     DATASET_KINDS,

@@ -19,7 +19,6 @@ from rltrans.registry import build_agent
 from rltrans.runtime import process, ray_pool, remote
 from rltrans.runtime.actors import LocalActor
 from rltrans.runtime.pool import Rollout, actor_seed
-from rltrans.runtime.process import slot_layout, slot_views
 from rltrans.runtime.ray_pool import to_torch
 from rltrans.runtime.remote import (
     ROLLOUT_KEYS,
@@ -30,6 +29,7 @@ from rltrans.runtime.remote import (
     rollout_tensors,
     to_host,
 )
+from rltrans.runtime.shared import slot_layout, slot_views
 from rltrans.types import tree_leaves, tree_map
 from tests.runtime.test_process_pool import GTRXL, TMAZE
 

@@ -1,0 +1,160 @@
+"""Where a DQN Replay (Agarwal et al. 2020) dataset's files are: the d4rl-atari ids that name
+a checkpoint (``pong-mixed-v0``, ``breakout-epoch-3-v1``), the bucket's and d4rl-atari's
+folder layouts, and the file format's constants. :mod:`rltrans.envs.dqn_replay` reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import numpy as np
+
+NAMES = ("observation", "action", "reward", "terminal")
+DTYPES = {"observation": np.uint8, "action": np.int32, "reward": np.float32, "terminal": np.uint8}
+CHECKPOINT_SIZE = 1_000_000  # Dopamine replay capacity: rows per checkpoint
+FRAME_SHAPE = (84, 84)
+SPLIT_EPOCHS = {"mixed": 1, "medium": 10, "expert": 50}  # d4rl-atari's checkpoint suffixes
+NUM_RUNS = 5  # runs 1..5 in the bucket; d4rl-atari's v0..v4
+MAX_ID_EPOCH = 50  # d4rl-atari registers epoch-1 .. epoch-50
+PADDING_ROWS = 3  # Dopamine: stack_size - 1 zero rows before each episode
+DOPAMINE_MAX_EPISODE_STEPS = 27_000  # Dopamine Runner max_steps_per_episode (108k frames)
+BUCKET = "gs://atari-replay-datasets/dqn"
+
+Layout = Literal["raw", "d4rl"]
+
+
+class D4RLAtariId(NamedTuple):
+    """What a d4rl-atari id selects: bucket game directory, DQN run (1..5), checkpoints."""
+
+    game: str
+    run: int
+    epochs: list[int]
+
+
+def capitalize_game_name(game: str) -> str:
+    """d4rl-atari's rule: 'ms-pacman' -> 'MsPacman', 'up-n-down' -> 'UpNDown'."""
+    return "".join(part.capitalize() for part in game.replace("-", "_").split("_"))
+
+
+def parse_d4rl_atari_id(dataset_id: str) -> D4RLAtariId:
+    """Parse '{game}-{mixed|medium|expert|epoch-N}-v{0..4}' as d4rl-atari does.
+
+    Example:
+        >>> parse_d4rl_atari_id("ms-pacman-expert-v2")
+        D4RLAtariId(game='MsPacman', run=3, epochs=[50])
+    """
+    valid = "mixed, medium, expert or epoch-N (N in 1..50)"
+    m = re.fullmatch(r"([a-z0-9]+(?:-[a-z0-9]+)*)-v(\d+)", dataset_id)
+    if m is None:
+        raise ValueError(
+            f"{dataset_id!r} is not a d4rl-atari id; expected lower-case "
+            f"'{{game}}-{{split}}-v{{0..{NUM_RUNS - 1}}}' with split {valid}, "
+            f"e.g. 'ms-pacman-mixed-v0'"
+        )
+    body, version = m.group(1), int(m.group(2))
+    if not 0 <= version < NUM_RUNS:
+        raise ValueError(
+            f"{dataset_id!r}: version v{version} out of range v0..v{NUM_RUNS - 1} "
+            f"(v_i selects DQN run i+1 of {NUM_RUNS})"
+        )
+    split = re.fullmatch(r"(.+)-(mixed|medium|expert)", body)
+    by_epoch = re.fullmatch(r"(.+)-epoch-(\d+)", body)
+    if split is not None:
+        game, epoch = split.group(1), SPLIT_EPOCHS[split.group(2)]
+    elif by_epoch is not None:
+        game, epoch = by_epoch.group(1), int(by_epoch.group(2))
+        if not 1 <= epoch <= MAX_ID_EPOCH:
+            raise ValueError(f"{dataset_id!r}: epoch {epoch} out of range 1..{MAX_ID_EPOCH}")
+    else:
+        raise ValueError(f"{dataset_id!r}: no valid split; valid splits: {valid}")
+    return D4RLAtariId(capitalize_game_name(game), version + 1, [epoch])
+
+
+def resolve_dataset(
+    game_or_id: str, run: int | None, epochs: int | Sequence[int] | None
+) -> tuple[D4RLAtariId, str]:
+    """(game, run, epochs) and a dataset name from either an id or a game plus run/epochs."""
+    if re.search(r"-v\d+$", game_or_id):
+        if run is not None or epochs is not None:
+            raise ValueError(f"{game_or_id!r} is an id, which fixes run and epochs; omit them")
+        return parse_d4rl_atari_id(game_or_id), game_or_id
+    if epochs is None:
+        raise ValueError(
+            f"game {game_or_id!r} needs epochs=... (checkpoint numbers), or pass a d4rl-atari id "
+            f"such as '{game_or_id.lower()}-mixed-v0'"
+        )
+    epoch_list = [int(epochs)] if isinstance(epochs, int) else [int(e) for e in epochs]
+    if not epoch_list or min(epoch_list) < 0:
+        raise ValueError(f"epochs={epochs!r} must be a non-empty list of checkpoint numbers >= 0")
+    run = 1 if run is None else int(run)
+    if not 1 <= run <= NUM_RUNS:
+        raise ValueError(f"run={run} out of range 1..{NUM_RUNS}")
+    # Bucket directories are CamelCase; lower-case hyphenated names use d4rl-atari's rule.
+    game = game_or_id if game_or_id != game_or_id.lower() else capitalize_game_name(game_or_id)
+    parsed = D4RLAtariId(game, run, epoch_list)
+    return parsed, f"{game}/{run}/ckpt-{'-'.join(map(str, epoch_list))}"
+
+
+def dataset_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """`root`, else $D4RL_DATASET_DIR, else ~/.d4rl/datasets (d4rl-atari's default)."""
+    if root is not None:
+        return Path(root).expanduser()
+    return Path(os.environ.get("D4RL_DATASET_DIR", "~/.d4rl/datasets")).expanduser()
+
+
+def checkpoint_paths(
+    root: Path, game: str, run: int, epoch: int, layout: Layout
+) -> dict[str, Path]:
+    if layout == "raw":
+        logs = root / game / str(run) / "replay_logs"
+        paths = {n: logs / f"$store$_{n}_ckpt.{epoch}.gz" for n in NAMES}
+        paths["add_count"] = logs / f"add_count_ckpt.{epoch}.gz"
+    elif layout == "d4rl":
+        folder = root / game / str(run) / str(epoch)
+        paths = {n: folder / f"{n}.gz" for n in NAMES}
+        # rltrans's own name: d4rl-atari never fetches add_count.
+        paths["add_count"] = folder / "add_count.gz"
+    else:
+        raise ValueError(f"layout={layout!r}; valid: ['raw', 'd4rl']")
+    return paths
+
+
+def find_checkpoint(
+    game: str, run: int, epoch: int, root: str | os.PathLike[str] | None = None
+) -> dict[str, Path]:
+    """Paths of one checkpoint's files in whichever layout holds all four arrays."""
+    base = dataset_root(root)
+    candidates = {lay: checkpoint_paths(base, game, run, epoch, lay) for lay in ("raw", "d4rl")}
+    for paths in candidates.values():
+        if all(paths[n].is_file() for n in NAMES):
+            return paths
+    lines = [
+        f"  [{'found' if paths[n].is_file() else 'missing'}] {paths[n]}"
+        for lay, paths in candidates.items()
+        for n in NAMES
+    ]
+    raise FileNotFoundError(
+        f"DQN Replay checkpoint {epoch} of {game} run {run} is not complete in either layout "
+        f"(raw bucket layout, then d4rl-atari cache layout):\n" + "\n".join(lines) + "\n"
+        f"rltrans never downloads it. Get it outside rltrans with gsutil, e.g.\n"
+        f"  gsutil -m cp '{BUCKET}/{game}/{run}/replay_logs/*_ckpt.{epoch}.gz' "
+        f"{base / game / str(run) / 'replay_logs'}/\n"
+        f"and point root= or $D4RL_DATASET_DIR (default ~/.d4rl/datasets) at the folder "
+        f"holding {game}/."
+    )
+
+
+__all__ = [
+    "D4RLAtariId",
+    "Layout",
+    "capitalize_game_name",
+    "checkpoint_paths",
+    "dataset_root",
+    "find_checkpoint",
+    "parse_d4rl_atari_id",
+    "resolve_dataset",
+]
