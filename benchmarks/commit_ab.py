@@ -1,14 +1,15 @@
 """PPO SPS of this checkout against another one (an earlier commit), measured in one run.
 
 A refactor that should not change speed is checked here: the same training command runs in
-both checkouts, alternating base and head round by round so that the machine's drift falls
-on both, and the ratio head / base is the median of the per-round ratios. SPS is timed
+both checkouts, base and head in each round (which goes first alternates) so that the
+machine's drift falls on both, and the ratio head / base is the median of the per-round
+ratios. SPS is timed
 after one warm-up update (benchmarks/runs.py), so start-up is not counted.
 
     git worktree add /tmp/base <commit>      # with its own venv: python -m venv, pip install -e .
     python benchmarks/commit_ab.py --base /tmp/base --rounds 3
 
-Configs: ``vector`` is the small PPO config of benchmarks/throughput.py (T-maze, 4 layers x
+Configs: ``vector`` is the small PPO config of benchmarks/throughput.py (T-maze, TrXL 4 layers x
 64, 1 head, M=16, 16 envs x 128 steps, 8 minibatches x 4 epochs); ``minigrid`` is
 benchmarks/runs.py's MiniGrid image config. Both run eager with one thread, so the figures
 compare the code, not the auto choices.
@@ -30,7 +31,7 @@ STEADY = ["torch_threads=1", "compile=false", "progress=false", "tensorboard=tru
 CONFIGS = {
     "vector": (
         [
-            "env=tmaze", "agent=gtrxl", "agent.dim=64", "agent.layers=4", "agent.heads=1",
+            "env=tmaze", "agent=trxl", "agent.dim=64", "agent.layers=4", "agent.heads=1",
             "agent.memory=16", "env.num_envs=16", "algo.num_steps=128",
             "algo.num_minibatches=8", "algo.epochs=4", "seed=1",
         ],
@@ -72,8 +73,12 @@ def main() -> None:
             args, per_update = CONFIGS[name]
             ratios = []
             for r in range(opts.rounds):
-                base = sps(opts.base, args, per_update, opts.updates, Path(tmp, f"{name}b{r}"))
-                head = sps(ROOT, args, per_update, opts.updates, Path(tmp, f"{name}h{r}"))
+                sides = [("base", opts.base), ("head", ROOT)]
+                measured = {}
+                for side, checkout in sides if r % 2 == 0 else sides[::-1]:  # order alternates
+                    out = Path(tmp, f"{name}-{side}-{r}")
+                    measured[side] = sps(checkout, args, per_update, opts.updates, out)
+                base, head = measured["base"], measured["head"]
                 ratios.append(head / base)
                 print(f"{name} round {r + 1}: base {base:.0f} SPS, head {head:.0f} SPS, "
                       f"head/base {head / base:.3f}", flush=True)  # fmt: skip
