@@ -83,7 +83,7 @@ def _agent_specs() -> dict[str, Spec]:
     from rltrans.core.attention import KERNELS
     from rltrans.core.block import ACTIVATIONS, FF_ACTIVATIONS, NORMS
     from rltrans.core.gates import GATES
-    from rltrans.core.long_memory import LONG_MEMORIES
+    from rltrans.core.long_memory import FIRST_SCALE, LONG_MEMORIES
     from rltrans.core.position import POSITIONS
     from rltrans.registry import registered_agents
 
@@ -100,7 +100,7 @@ def _agent_specs() -> dict[str, Spec]:
         "agent.memory": integer(0, MAX_LENGTH),
         "agent.compressed_slots": integer(1, MAX_LENGTH),
         "agent.compression_rate": integer(1, MAX_LENGTH),
-        "agent.retention_scale": integer(16, 2**40, null=True),
+        "agent.retention_scale": integer(int(FIRST_SCALE), 2**40, null=True),  # its floor
         "agent.span_ramp": integer(1, MAX_LENGTH),
         "agent.span_coef": number(0.0),
         "agent.chunk": integer(1, MAX_LENGTH, null=True),
