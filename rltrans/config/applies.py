@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
+from rltrans.config.spec import format_value
 from rltrans.core.long_memory import RETAINING
 
 # Backbone families of the memory agent (agents/memory_agent.py builds them): attention stacks
@@ -40,7 +41,7 @@ class Rule:
 
     def describe(self) -> str:
         """``agent.long_memory=compressive`` / ``agent.backbone in gtrxl, trxl, ...``."""
-        shown = [str(v).lower() if isinstance(v, bool) else str(v) for v in self.values]
+        shown = [format_value(v) for v in self.values]
         if len(shown) == 1:
             return f"{self.when}={shown[0]}"
         return f"{self.when} in {', '.join(shown)}"
@@ -92,16 +93,10 @@ def inapplicable(cfg: DictConfig, given: Collection[str]) -> list[str]:
             continue
         value = OmegaConf.select(cfg, key)
         problems.append(
-            f"{key}={_show(value)} does nothing with {rule.when}={_show(current)}: it applies only "
-            f"with {rule.describe()}"
+            f"{key}={format_value(value)} does nothing with {rule.when}={format_value(current)}: "
+            f"it applies only with {rule.describe()}"
         )
     return problems
-
-
-def _show(value: object) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "null" if value is None else str(value)
 
 
 __all__ = ["GATES_WITH_BIAS", "RECURRENT", "RULES", "STACKS", "WINDOWED", "Rule", "inapplicable"]

@@ -10,26 +10,21 @@ its update is one more Ctrl-C away from ending. Signals within :data:`REPEAT_S` 
 count as that one: under torchrun a terminal's Ctrl-C reaches each learner process twice,
 from the terminal and forwarded by torchrun.
 
-Under torchrun every learner process polls at every update and the answer is one
-collective (stop when any process got a signal), so all of them stop after the same update
-and take part in the checkpoint's collectives together. (torchrun gives its processes 30 s
-after forwarding a signal, then kills them: an update and a checkpoint must fit.)
+:meth:`StopSignals.request` stops the same way for a caller (a callback of
+:func:`rltrans.learn`), with ``status: stopped_early``. Under torchrun every learner process
+polls at every update in one collective, so all of them stop after the same update (torchrun
+kills them 30 s after forwarding a signal: an update and a checkpoint must fit).
 
-Example (a trainer's loop; ``with StopSignals() as stop:`` does the same)::
+Example (the loop of :class:`rltrans.trainers.skeleton.Trainer`, simplified)::
 
-    stop = StopSignals().install()
-    try:
+    with StopSignals() as stop:
         while step < total:
             ...one update...
-            if stop.poll():
+            if stop.poll():  # checkpoint, say where to resume, stop
                 run.save(step, ...)
-                status = "interrupted"
                 stop.report(step, run.latest_checkpoint(), run.dir)
                 break
-    finally:
-        ...close envs, actors, logger...
-        stop.restore()
-    return {"status": status, ..., **stop.summary(status)}  # + "signal": "SIGTERM"
+    summary = {"status": stop.status, ..., **stop.summary(stop.status)}
 """
 
 from __future__ import annotations
