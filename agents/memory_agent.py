@@ -184,9 +184,7 @@ class MemoryAgent(nn.Module):
 
     ``tau`` weighs the ponder cost of a pondering backbone (``universal``;
     default 0.01) and is an error for the others. ``span_coef`` weighs the mean learned span
-    (in steps) of a stack built with ``adaptive_span=True``. ``horizon`` is the config's record
-    of the distance ``memory`` and the training segments were fitted to (``agent.horizon``, applied
-    before the agent is built by :mod:`rltrans.trainers.horizon`). ``reconstruction_coef``
+    (in steps) of a stack built with ``adaptive_span=True``. ``reconstruction_coef``
     weighs the observation-reconstruction loss; above 0 it builds :attr:`decoder` (built last,
     so the other modules start from the same weights as without it), at 0 nothing.
 
@@ -214,12 +212,10 @@ class MemoryAgent(nn.Module):
         encoder: dict[str, Any] | None = None,
         normalize_obs: bool = False,
         reconstruction_coef: float = 0.0,
-        horizon: int | None = None,
         **backbone_options: Any,
     ) -> None:
         super().__init__()
         self.observation_space, self.action_space = observation_space, action_space
-        self.horizon = horizon
         self.obs_norm: nn.Module = NoNorm()
         if normalize_obs:
             is_vector = (

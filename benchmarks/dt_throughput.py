@@ -46,7 +46,7 @@ from rltrans.accel.compile import compiled
 from rltrans.agents.dt import build_decision_transformer
 from rltrans.buffers.trajectory import TrajectoryBatch, TrajectoryBuffer, TrajectoryStats
 from rltrans.envs.offline import Episode, OfflineDataset
-from rltrans.learners import Learner
+from rltrans.learners import Learner, OptimizerConfig
 
 STATE_DIM, ACT_DIM, MAX_EP_LEN = 11, 3, 1000  # Hopper-v3 sizes, as in the paper's Gym runs
 CLOCK = time.process_time  # CPU: this process's CPU time; CUDA runs switch to wall time
@@ -136,10 +136,8 @@ class TrainerRunner(Runner):
         loss = compiled(model.loss, device=device) if compile else model.loss
         super().__init__(name, lambda batch: loss(batch)[0], model, 0.25)
         self.optimizer = None  # the learner's
-        self.learner = Learner(
-            model, lr=1e-4, total_updates=10**6, anneal_lr=False, max_grad_norm=0.25,
-            weight_decay=1e-4,
-        )  # fmt: skip
+        optim = OptimizerConfig(lr=1e-4, anneal_lr=False, max_grad_norm=0.25, weight_decay=1e-4)
+        self.learner = Learner(model, optim, total_updates=10**6)
 
     def step(self, batch: TrajectoryBatch, sync: Callable[[], None]) -> None:
         """Forward + loss, then the learner's backward, clip and AdamW (timed as backward)."""

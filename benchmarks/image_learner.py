@@ -22,6 +22,7 @@ import argparse
 import copy
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 from runs import MINIGRID as COMMON
@@ -31,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import load_config, to_container
 from rltrans.envs import make_env
-from rltrans.learners import PPOLearner
+from rltrans.learners import PPOLearner, algo_settings
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 
@@ -82,10 +83,10 @@ def main() -> None:
     actor.collect(buffer)
     buffer.compute_advantages(actor.bootstrap_value(), algo.gamma, algo.gae_lambda)
     envs.close()
-    ppo = {**to_container(algo), "epochs": 1}
+    ppo = replace(algo_settings(to_container(algo)), epochs=1)
 
     def epoch(extra: torch.profiler.profile | FlopCounterMode | None = None) -> float:
-        learner = PPOLearner(copy.deepcopy(agent), ppo=ppo, lr=algo.lr, total_updates=10)
+        learner = PPOLearner(copy.deepcopy(agent), ppo, total_updates=10)
         t0 = time.perf_counter()
         if extra is None:
             learner.update(buffer, torch.Generator().manual_seed(0))

@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rltrans.accel.acting import compiled_acting
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.config import load_config, to_container
 
@@ -114,7 +115,7 @@ def acting_rows(
     fast = MemoryAgent(OBS, ACT, backbone="gtrxl", **kw).eval()
     fast.load_state_dict(gtrxl.state_dict())
     if compiled:
-        fast.compile_step()
+        fast = compiled_acting(fast) or fast
     state["c"] = fast.initial_state(ENVS)
 
     def compiled_step(obs):
@@ -183,9 +184,10 @@ class PPOSetup:
     x 128 steps, 8 minibatches x 4 epochs), stepped one update at a time."""
 
     def __init__(self, agent: str, env: str, updates: int, extra: tuple[str, ...] = ()) -> None:
+        from rltrans.accel import Accel
         from rltrans.buffers.rollout import RolloutBuffer
         from rltrans.envs import make_env
-        from rltrans.learners import PPOLearner
+        from rltrans.learners import PPOLearner, algo_settings
         from rltrans.registry import build_agent
         from rltrans.runtime.actors import LocalActor
 
@@ -210,12 +212,11 @@ class PPOSetup:
         self.algo = algo = cfg.algo
         self.buffer = RolloutBuffer(algo.num_steps, self.envs.num_envs, algo.segment_length, "cpu")
         self.actor = LocalActor(self.envs, model, seed=0, device="cpu")
-        ppo = to_container(algo)
-        self.learner = PPOLearner(
-            model, ppo=ppo, lr=algo.lr, total_updates=updates + 1, compile=cfg.compile
-        )
-        if cfg.compile:
-            model.compile_step()
+        accel = Accel()
+        settings = algo_settings(to_container(algo))
+        self.learner = PPOLearner(model, settings, total_updates=updates + 1, accel=accel)
+        accel.use_compiled(bool(cfg.compile))
+        accel.act_through(self.actor, model)
         self.steps = algo.num_steps * self.envs.num_envs
         self.samples: list[dict[str, float]] = []
 

@@ -23,8 +23,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rltrans.config import ConfigError, config_groups, load_config
+from rltrans.config import ConfigError, config_groups, load_config, to_container
 from rltrans.config.plan import TRAINER_KINDS, RunPlan
+from rltrans.learners.settings import algo_settings
 from rltrans.trainers.common import Callbacks, MetricsHook
 
 
@@ -44,8 +45,12 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     kind = cfg.algo.kind
     if kind not in TRAINER_KINDS:
         raise ConfigError(f"algo.kind={kind!r}; valid kinds: {', '.join(TRAINER_KINDS)}")
+    try:
+        algo = algo_settings(to_container(cfg.algo))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     OmegaConf.set_readonly(cfg, True)
-    return RunPlan(cfg, kind, tuple(overrides), horizon_note(cfg))
+    return RunPlan(cfg, kind, algo, tuple(overrides), horizon_note(cfg))
 
 
 def plan(*overrides: str, **options: Any) -> RunPlan:

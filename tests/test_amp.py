@@ -13,7 +13,7 @@ import torch
 from rltrans.agents.memory_agent import BACKBONES, MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learners import PPOLearner
+from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.runtime.actors import LocalActor
 
 PPO = {"epochs": 1, "num_minibatches": 2, "clip_coef": 0.2, "vf_clip_coef": 0.2}
@@ -59,7 +59,7 @@ def test_bfloat16_autocast_matches_float32_and_gives_finite_gradients(backbone, 
 def test_ppo_update_with_amp_on_cuda(backbone, long_memory):
     agent, buffer = rollout(backbone, long_memory, device="cuda")
     before = [p.detach().clone() for p in agent.parameters()]
-    learner = PPOLearner(agent, ppo=PPO, lr=1e-3, total_updates=2, amp=True)
+    learner = PPOLearner(agent, PPOConfig(**PPO, lr=1e-3, amp=True), total_updates=2)
     assert learner.amp
     metrics = learner.update(buffer)
     assert all(torch.as_tensor(v).isfinite().all() for v in metrics.values())

@@ -17,7 +17,7 @@ from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.checkpoint import load_checkpoint
 from rltrans.config import load_config
 from rltrans.envs import make_env
-from rltrans.learners import PPOLearner
+from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
@@ -231,7 +231,7 @@ def eager_and_compiled_update(cfg, envs, agent):
     for model, compile in ((agent, False), (twin, True)):
         accel = Accel()
         accel.use_compiled(compile)
-        learner = PPOLearner(model, ppo=PPO, lr=1e-3, total_updates=2, accel=accel)
+        learner = PPOLearner(model, PPOConfig(**PPO, lr=1e-3), total_updates=2, accel=accel)
         metrics = learner.update(buffer, torch.Generator().manual_seed(0))
         results.append((metrics, model.state_dict()))
     return results

@@ -21,7 +21,7 @@ from rltrans.learners import ImpalaLearner
 from rltrans.runtime.pool import LocalPool
 from rltrans.train import main as train_main
 from tests.cli import summary_line
-from tests.test_impala import IMPALA
+from tests.test_impala import impala_settings
 from tests.test_rollout import small_agent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,8 @@ def rollouts_and_learner(backbone: str):
     pool = LocalPool([envs], agent, num_steps=16, segment_length=8, seed=0, device="cpu")
     pool.publish(None, 0)
     rollouts = [pool.get(), pool.get()]
-    learner = ImpalaLearner(agent, impala=IMPALA, lr=3e-3, total_updates=10, max_grad_norm=0.5)
+    settings = impala_settings(lr=3e-3, max_grad_norm=0.5)
+    learner = ImpalaLearner(agent, settings, total_updates=10)
     return agent, learner, rollouts
 
 

@@ -15,7 +15,7 @@ from rltrans.accel.flat import (
     to_flat_state,
     to_per_parameter_state,
 )
-from rltrans.learners import Learner
+from rltrans.learners import Learner, OptimizerConfig
 
 
 def small_net() -> nn.Module:
@@ -36,7 +36,8 @@ class PerTensorAccel(Accel):
 
 
 def learner(net: nn.Module, accel: Accel | None = None) -> Learner:
-    return Learner(net, lr=1e-2, total_updates=10, max_grad_norm=0.1, weight_decay=0.1, accel=accel)
+    optim = OptimizerConfig(lr=1e-2, max_grad_norm=0.1, weight_decay=0.1)
+    return Learner(net, optim, total_updates=10, accel=accel)
 
 
 def per_tensor_learner(net: nn.Module, monkeypatch=None) -> Learner:

@@ -226,3 +226,15 @@ def test_popgyms_originals_are_fitted_as_their_torch_twins():
             theirs = fitted("env=gym", f"env.id=popgym:popgym-{name}{level.title()}-v0")
             assert mine.agent.horizon == theirs.agent.horizon, (twin, level)
             assert (mine.agent, mine.algo) == (theirs.agent, theirs.algo), (twin, level)
+
+
+def test_the_fit_itself_builds_no_env():
+    """Only ``auto`` reads the env (one probe copy, in the plan); the fit to a distance is a
+    pure function of the config: an env id that does not exist is never looked up."""
+    from rltrans.trainers import horizon
+
+    cfg = load_config(["env=gym", "env.id=NoSuchEnv-v0", "agent.horizon=300"], "train")
+    fitted_cfg = horizon.fitted(cfg.copy(), 300)
+    assert fitted_cfg.agent.horizon == 300 and fitted_cfg.agent.long_memory == "mixed"
+    assert horizon.fit_horizon(cfg.copy()) == fitted_cfg  # an integer horizon: no probe
+    assert horizon.fitted(cfg.copy(), None).agent.horizon is None  # nothing known: unchanged

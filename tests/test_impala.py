@@ -11,7 +11,7 @@ import torch
 
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.evaluate import main as evaluate_main
-from rltrans.learners import ImpalaLearner
+from rltrans.learners import ImpalaConfig, ImpalaLearner
 from rltrans.runtime.pool import LocalPool
 from rltrans.train import main as train_main
 from tests.test_resume import (
@@ -36,7 +36,18 @@ IMPALA = {
     "rmsprop_alpha": 0.99,
     "rmsprop_eps": 0.01,
     "rmsprop_momentum": 0.0,
+    # the paper's one plain step (algo=impala_paper), not algo=impala's APPO defaults
+    "epochs": 1,
+    "num_minibatches": 1,
+    "clip_coef": None,
+    "normalize_advantages": False,
+    "min_advantage_std": 0.0,
 }
+
+
+def impala_settings(**changes) -> ImpalaConfig:
+    """The test's IMPALA settings with ``changes``."""
+    return ImpalaConfig(**{**IMPALA, **changes})
 
 
 def make_pool(agent, envs, num_steps=32, segment_length=8):
@@ -52,7 +63,7 @@ def test_first_pass_rho_is_exactly_one_at_lag_zero(backbone):
     envs = make_torch_env("stateless_cartpole", 4, max_episode_steps=13)  # many episode ends
     agent = small_agent(envs, backbone)
     pool = make_pool(agent, envs)
-    learner = ImpalaLearner(agent, impala=IMPALA, lr=1e-3, total_updates=4)
+    learner = ImpalaLearner(agent, impala_settings(lr=1e-3), total_updates=4)
     for version in range(2):
         pool.publish(agent.state_dict(), version)
         rollouts = [pool.get(), pool.get()]  # B = 2: the second continues the first's memory
@@ -86,9 +97,9 @@ def test_epochs_are_repeated_steps_on_the_same_batch():
     """algo.epochs=2: one update equals two one-epoch updates on the same rollouts (lr held
     fixed), and reports the first step's metrics; the second step sees rho != 1."""
     agent, twin, rollout = twin_agents_and_a_rollout()
-    kw = {"lr": 3e-3, "total_updates": 4, "anneal_lr": False}
-    learner = ImpalaLearner(agent, impala={**IMPALA, "epochs": 2}, **kw)
-    single = ImpalaLearner(twin, impala=IMPALA, **kw)
+    kw = {"lr": 3e-3, "anneal_lr": False}
+    learner = ImpalaLearner(agent, impala_settings(**kw, epochs=2), total_updates=4)
+    single = ImpalaLearner(twin, impala_settings(**kw), total_updates=4)
     args = ([rollout.buffer], [rollout.bootstrap_value])
     metrics = learner.update(*args)
     first = single.update(*args)
@@ -104,10 +115,9 @@ def test_minibatches_are_steps_on_random_disjoint_sets_of_envs():
     """algo.num_minibatches=2: one update equals one-minibatch steps on the columns (envs) of
     the same random permutation, each with its own whole-rollout V-trace; too many raises."""
     agent, twin, rollout = twin_agents_and_a_rollout()
-    kw = {"lr": 3e-3, "total_updates": 4, "anneal_lr": False}
-    impala = {**IMPALA, "clip_coef": 0.2, "optimizer": "adam"}
-    learner = ImpalaLearner(agent, impala={**impala, "num_minibatches": 2}, **kw)
-    single = ImpalaLearner(twin, impala=impala, **kw)
+    kw = {"lr": 3e-3, "anneal_lr": False, "clip_coef": 0.2, "optimizer": "adam"}
+    learner = ImpalaLearner(agent, impala_settings(**kw, num_minibatches=2), total_updates=4)
+    single = ImpalaLearner(twin, impala_settings(**kw), total_updates=4)
     torch.manual_seed(5)
     metrics = learner.update([rollout.buffer], [rollout.bootstrap_value])
     torch.manual_seed(5)
@@ -121,7 +131,7 @@ def test_minibatches_are_steps_on_random_disjoint_sets_of_envs():
     for key, value in agent.state_dict().items():
         torch.testing.assert_close(value, twin.state_dict()[key], rtol=1e-6, atol=1e-7)
     assert metrics["grad_norm"].item() == pytest.approx(norms[0].item(), rel=1e-6)
-    too_many = ImpalaLearner(agent, impala={**impala, "num_minibatches": 5}, **kw)
+    too_many = ImpalaLearner(agent, impala_settings(**kw, num_minibatches=5), total_updates=4)
     with pytest.raises(ValueError, match=r"algo.num_minibatches=5 must be in 1..4"):
         too_many.update([rollout.buffer], [rollout.bootstrap_value])
 
@@ -195,9 +205,8 @@ def test_one_update_equals_a_step_by_step_reference():
     with torch.no_grad():  # episode ends inside the rollout, and rewards that vary
         noise = torch.randn(buf.rewards.shape, generator=torch.Generator().manual_seed(0))
         buf.rewards.copy_(noise)
-    learner = ImpalaLearner(
-        agent, impala=IMPALA, lr=0.01, total_updates=1, anneal_lr=False, max_grad_norm=0.1
-    )
+    settings = impala_settings(lr=0.01, anneal_lr=False, max_grad_norm=0.1)
+    learner = ImpalaLearner(agent, settings, total_updates=1)
     metrics = learner.update([buf], [rollout.bootstrap_value])
     assert metrics["grad_norm"].item() > 0.1  # the clip is exercised too
     expected_loss = reference_update(reference, rollout, IMPALA, lr=0.01, max_grad_norm=0.1)

@@ -13,7 +13,7 @@ from rltrans.accel.threads import Plan, ThreadTuner
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learners import NonFiniteLossError, PPOLearner
+from rltrans.learners import NonFiniteLossError, PPOConfig, PPOLearner
 from rltrans.runtime.actors import LocalActor
 from tests.test_rollout import DEPTH, PPO, small_agent
 
@@ -40,7 +40,7 @@ def test_parts_give_the_whole_minibatch_step(backbone):
     for name, chunk_mb in (("whole", None), ("parts", 1e-9)):
         model = copy.deepcopy(agent)
         accel = Accel(chunk_obs_mb=chunk_mb)
-        learner = PPOLearner(model, ppo=ppo, lr=1e-3, total_updates=2, accel=accel)
+        learner = PPOLearner(model, PPOConfig(**ppo, lr=1e-3), total_updates=2, accel=accel)
         batch = next(buffer.minibatches(2))
         assert part_count(batch, accel.chunk_bytes) == (1 if chunk_mb is None else 18)  # 18 each
         metrics = learner.update(buffer, torch.Generator().manual_seed(3))
@@ -74,10 +74,8 @@ def test_bad_chunk_size_is_named(bad):
 
 def streams_learner(model: torch.nn.Module, plan: Plan, chunk_mb: float | None = None):
     """A learner whose thread tuner has settled on ``plan``."""
-    learner = PPOLearner(
-        model, ppo={**PPO, "epochs": 2, "num_minibatches": 2}, lr=1e-3, total_updates=2,
-        accel=Accel(chunk_obs_mb=chunk_mb),
-    )  # fmt: skip
+    settings = PPOConfig(**{**PPO, "epochs": 2, "num_minibatches": 2}, lr=1e-3)
+    learner = PPOLearner(model, settings, total_updates=2, accel=Accel(chunk_obs_mb=chunk_mb))
     tuner = learner.accel.threads = ThreadTuner("learner step", (1, 2), streams=True)
     tuner.load_state_dict({"chosen": plan.threads, "streams": plan.streams})
     assert tuner.chosen_plan == plan

@@ -11,7 +11,7 @@ from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs.gym_vec import make_vector_env
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learners import PPOLearner
+from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.runtime.actors import LocalActor
 from rltrans.types import tree_map
 
@@ -72,7 +72,7 @@ def test_replay_fidelity(backbone, segment_length):
     if "ponder_steps" in aux:  # ACT: replay is only a test if tokens halt at different depths
         assert len(aux["ponder_steps"].unique()) >= 2
 
-    learner = PPOLearner(agent, ppo=PPO, lr=1e-3, total_updates=2)
+    learner = PPOLearner(agent, PPOConfig(**PPO, lr=1e-3), total_updates=2)
     metrics = learner.update(buffer)
     assert abs(metrics["ratio_mean"].item() - 1.0) < 1e-5
     assert metrics["approx_kl"].item() < 1e-9
@@ -202,7 +202,8 @@ def test_min_advantage_std_keeps_near_zero_advantages_small():
     ):
         model = copy.deepcopy(agent)
         ppo = {**PPO, "ent_coef": 0.0, "vf_coef": 0.0, "min_advantage_std": floor}
-        learner = PPOLearner(model, ppo=ppo, lr=1e-3, total_updates=2, anneal_lr=False)
+        settings = PPOConfig(**ppo, lr=1e-3, anneal_lr=False)
+        learner = PPOLearner(model, settings, total_updates=2)
         for advantages in (real, second):
             buffer.advantages = advantages
             learner.update(buffer)
@@ -225,7 +226,7 @@ def test_advantage_scope_standardises_over_the_minibatch_or_the_whole_rollout(sc
     raw[:8, 0] = 5.0  # segment 0 of env 0
     buffer.advantages = raw.clone()
     ppo = {**PPO, "num_minibatches": 4, "advantage_scope": scope}
-    learner = PPOLearner(agent, ppo=ppo, lr=1e-4, total_updates=1, anneal_lr=False)
+    learner = PPOLearner(agent, PPOConfig(**ppo, lr=1e-4, anneal_lr=False), total_updates=1)
     seen = []
     loss_of = learner.minibatch_loss
     learner.minibatch_loss = lambda batch: seen.append(batch.advantages) or loss_of(batch)
@@ -241,12 +242,8 @@ def test_advantage_scope_standardises_over_the_minibatch_or_the_whole_rollout(sc
 
 
 def test_advantage_scope_names_the_valid_values():
-    """A misspelt scope is refused at construction, naming the choices."""
-    envs = make_torch_env("stateless_cartpole", 2)
-    with pytest.raises(ValueError, match=r"advantage_scope='batch'.*minibatch.*rollout"):
-        PPOLearner(
-            small_agent(envs, "mlp"),
-            ppo={**PPO, "advantage_scope": "batch"},
-            lr=1e-4,
-            total_updates=1,
-        )
+    """A misspelt scope is refused once, where the config is checked, naming the choices."""
+    from rltrans.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"algo.advantage_scope.*batch.*minibatch.*rollout"):
+        load_config(["algo.advantage_scope=batch"])

@@ -139,7 +139,7 @@ def _agent_specs() -> dict[str, Spec]:
 def _algo_specs() -> dict[str, Spec]:
     """configs/algo/*.yaml (PPO, IMPALA, offline)."""
     from rltrans.envs.dqn_replay import Order, Padding, Partial
-    from rltrans.learners.ppo import ADVANTAGE_SCOPES
+    from rltrans.learners.settings import ADVANTAGE_SCOPES
 
     return {
         "algo.kind": choice(group_kinds("algo")),

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from omegaconf import DictConfig
 
 from rltrans.config.compose import to_container
+from rltrans.learners.settings import AlgoConfig
 
 TrainerKind = Literal["online", "impala", "offline"]
 TRAINER_KINDS: tuple[str, ...] = ("online", "impala", "offline")
@@ -21,12 +22,15 @@ class RunPlan:
 
     ``config``: the final config, read-only (what the run folder's config.yaml and its
     checkpoints store). ``trainer``: ``online`` (PPO), ``impala`` or ``offline`` (DT/BC).
-    ``overrides``: the command line it was resolved from. ``horizon_note``: what
-    ``agent.horizon`` fitted, printed when the run starts (None: nothing fitted).
+    ``algo``: the ``algo`` section typed (``PPOConfig``, ``ImpalaConfig`` or
+    ``OfflineConfig``), which the learner takes whole. ``overrides``: the command line it was
+    resolved from. ``horizon_note``: what ``agent.horizon`` fitted, printed when the run starts
+    (None: nothing fitted).
     """
 
     config: DictConfig
     trainer: TrainerKind
+    algo: AlgoConfig
     overrides: tuple[str, ...]
     horizon_note: str | None = None
 

@@ -358,7 +358,9 @@ def agent_knob_names(agent: dict) -> list[str] | None:
         from rltrans.agents.memory_agent import STACK_OPTIONS, UNIVERSAL_OPTIONS
         from rltrans.backbones.gtrxl import PRESETS
         from rltrans.core.block import BlockConfig
+        from rltrans.registry import PLAN_KNOBS
 
+        knobs += PLAN_KNOBS  # read by the run plan (agent.horizon), not by the agent
         block = [f.name for f in fields(BlockConfig) if f.name not in knobs]
         backbone = agent.get("backbone", getattr(params.get("backbone"), "default", None))
         extra = {"universal": [*block, *UNIVERSAL_OPTIONS]}.get(

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from rltrans import distributed
 from rltrans.accel import Accel
+from rltrans.learners.settings import OptimizerConfig
 from rltrans.types import Aux
 
 
@@ -46,35 +47,34 @@ class Learner:
     def __init__(
         self,
         model: nn.Module,
+        optim: OptimizerConfig,
         *,
-        lr: float,
         total_updates: int,
-        anneal_lr: bool = True,
-        warmup_updates: int = 0,
-        max_grad_norm: float | None = 0.5,
-        weight_decay: float = 0.0,
-        eps: float = 1e-5,
-        amp: bool = False,
         accel: Accel | None = None,
     ) -> None:
         self.model = model
+        self.settings = optim
         self.accel = accel or Accel()
         self.params = self.accel.trainable(model)
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = optim.max_grad_norm
         # fused=True: one kernel for all parameters instead of a loop of small ops per tensor.
         self.optimizer = torch.optim.AdamW(
-            self.params.tensors, lr=lr, eps=eps, weight_decay=weight_decay, fused=True
+            self.params.tensors,
+            lr=optim.lr,
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+            fused=True,
         )
-        total = max(1, total_updates)
+        total, warmup = max(1, total_updates), optim.warmup_updates
 
         def factor(update: int) -> float:
-            warm = min(1.0, (update + 1) / warmup_updates) if warmup_updates > 0 else 1.0
-            decay = max(0.0, 1.0 - update / total) if anneal_lr else 1.0
+            warm = min(1.0, (update + 1) / warmup) if warmup > 0 else 1.0
+            decay = max(0.0, 1.0 - update / total) if optim.anneal_lr else 1.0
             return warm * decay
 
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
         device = next(model.parameters()).device
-        self.amp = amp and device.type == "cuda"
+        self.amp = optim.amp and device.type == "cuda"
         # bfloat16 autocast needs no loss scaling; fp16-only GPUs fall back to a GradScaler.
         self.amp_dtype = torch.bfloat16 if self.amp and torch.cuda.is_bf16_supported() else None
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype is None)

@@ -7,8 +7,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rltrans.accel import Accel
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.learners.base import Learner, fold_aux
+from rltrans.learners.settings import ImpalaConfig
 from rltrans.losses.impala import impala_loss
 from rltrans.returns import next_values_from
 from rltrans.types import Aux, Segment, tree_map, tree_stack
@@ -29,37 +31,37 @@ class ImpalaLearner(Learner):
     def __init__(
         self,
         model: nn.Module,
+        impala: ImpalaConfig,
         *,
-        impala: dict[str, Any],
-        **kwargs: Any,
+        total_updates: int,
+        accel: Accel | None = None,
     ) -> None:
-        super().__init__(model, eps=impala.get("adam_eps", 1e-5), **kwargs)
-        if impala.get("optimizer", "rmsprop") == "rmsprop":
+        super().__init__(model, impala.optim, total_updates=total_updates, accel=accel)
+        self.impala = impala
+        if impala.optimizer == "rmsprop":
             # RMSProp as in the paper (torch adds eps outside the square root, TF inside).
             schedule = self.scheduler.lr_lambdas[0]
             self.optimizer = torch.optim.RMSprop(
                 self.params.tensors,
-                lr=kwargs["lr"],
-                alpha=impala["rmsprop_alpha"],
-                eps=impala["rmsprop_eps"],
-                momentum=impala["rmsprop_momentum"],
+                lr=impala.lr,
+                alpha=impala.rmsprop_alpha,
+                eps=impala.rmsprop_eps,
+                momentum=impala.rmsprop_momentum,
             )
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
-        pg_rho_bar = impala.get("pg_rho_bar")
         self.loss_kwargs = {
-            "gamma": impala["gamma"],
-            "rho_bar": impala["rho_bar"],
-            "c_bar": impala["c_bar"],
-            "pg_rho_bar": pg_rho_bar,
-            "lam": impala["vtrace_lambda"],
-            "vf_coef": impala["vf_coef"],
-            "ent_coef": impala["ent_coef"],
-            "normalize_advantages": impala.get("normalize_advantages", False),
-            "min_advantage_std": impala.get("min_advantage_std", 0.0),
-            "clip_coef": impala.get("clip_coef"),
+            "gamma": impala.gamma,
+            "rho_bar": impala.rho_bar,
+            "c_bar": impala.c_bar,
+            "pg_rho_bar": impala.pg_rho_bar,
+            "lam": impala.vtrace_lambda,
+            "vf_coef": impala.vf_coef,
+            "ent_coef": impala.ent_coef,
+            "normalize_advantages": impala.normalize_advantages,
+            "min_advantage_std": impala.min_advantage_std,
+            "clip_coef": impala.clip_coef,
         }
-        self.epochs = int(impala.get("epochs", 1))
-        self.num_minibatches = int(impala.get("num_minibatches", 1))
+        self.epochs, self.num_minibatches = impala.epochs, impala.num_minibatches
         self.distributions: dict[str, Tensor] = {}
 
     @staticmethod

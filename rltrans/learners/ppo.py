@@ -3,42 +3,45 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from rltrans.accel import Accel
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.learners.base import Learner, fold_aux
+from rltrans.learners.settings import PPOConfig
 from rltrans.losses.ppo import ppo_loss, standardize
 from rltrans.types import Aux, PPOBatch
-
-ADVANTAGE_SCOPES = ("minibatch", "rollout")
 
 
 class PPOLearner(Learner):
     """PPO over a rollout: ``epochs`` passes of ``num_minibatches`` shuffled minibatches of
     segments, each replayed from its stored memory; early stop at ``target_kl``."""
 
-    def __init__(self, model: nn.Module, *, ppo: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(model, **kwargs)
-        self.epochs = ppo["epochs"]
-        self.num_minibatches = ppo["num_minibatches"]
-        self.target_kl = ppo.get("target_kl")
-        # Advantages are standardised over the whole minibatch in update(), before any split.
-        self.normalize_advantages = ppo["normalize_advantages"]
-        # divide by max(std, this): a minibatch whose advantages are all near 0 (no reward in
-        # it, e.g. the corridor of a long T-maze) keeps them small instead of scaling noise up
-        self.min_advantage_std = float(ppo.get("min_advantage_std", 0.0))
-        # "minibatch" (PPO2 baselines, CleanRL) or "rollout": one mean and std for the whole
-        # rollout, so a minibatch without the rollout's rare rewards keeps its advantages small
-        self.advantage_scope = ppo.get("advantage_scope", "minibatch")
-        if self.advantage_scope not in ADVANTAGE_SCOPES:
-            raise ValueError(
-                f"algo.advantage_scope={self.advantage_scope!r}: expected one of {ADVANTAGE_SCOPES}"
-            )
-        self.loss_kwargs = {k: ppo[k] for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef")}
-        self.loss_kwargs["normalize_advantages"] = False
+    def __init__(
+        self,
+        model: nn.Module,
+        ppo: PPOConfig,
+        *,
+        total_updates: int,
+        accel: Accel | None = None,
+    ) -> None:
+        super().__init__(model, ppo.optim, total_updates=total_updates, accel=accel)
+        self.ppo = ppo
+        self.epochs, self.num_minibatches, self.target_kl = (
+            ppo.epochs,
+            ppo.num_minibatches,
+            ppo.target_kl,
+        )
+        # Advantages are standardised once in update(), over the minibatch (PPO2 baselines,
+        # CleanRL) or the rollout (advantage_scope), so the loss takes them as they are.
+        self.loss_kwargs = {
+            "clip_coef": ppo.clip_coef,
+            "vf_clip_coef": ppo.vf_clip_coef,
+            "ent_coef": ppo.ent_coef,
+            "vf_coef": ppo.vf_coef,
+        }
         # Per-token aux values of the last update, flattened (e.g. ponder steps), for histograms.
         self.distributions: dict[str, Tensor] = {}
 
@@ -69,14 +72,17 @@ class PPOLearner(Learner):
         totals: dict[str, Tensor] = {}
         pieces: dict[str, list[Tensor]] = {}
         count = 0
-        per_minibatch = self.normalize_advantages and self.advantage_scope == "minibatch"
-        if self.normalize_advantages and self.advantage_scope == "rollout":
-            buffer.advantages = standardize(buffer.advantages, None, self.min_advantage_std)
+        ppo = self.ppo
+        per_minibatch = ppo.normalize_advantages and ppo.advantage_scope == "minibatch"
+        if ppo.normalize_advantages and ppo.advantage_scope == "rollout":
+            # min_advantage_std: divide by max(std, it), so a rollout or minibatch with no
+            # reward in it (a long corridor) keeps its advantages small, not scaled-up noise
+            buffer.advantages = standardize(buffer.advantages, None, ppo.min_advantage_std)
         for epoch in range(self.epochs):
             kls = []
             for batch in buffer.minibatches(self.num_minibatches, generator):
                 if per_minibatch:
-                    advantages = standardize(batch.advantages, batch.mask, self.min_advantage_std)
+                    advantages = standardize(batch.advantages, batch.mask, ppo.min_advantage_std)
                     batch = replace(batch, advantages=advantages)
                 with self.accel.step():
                     metrics, aux = self.accel.gradient(self.minibatch_loss, batch, self)

@@ -72,15 +72,15 @@ def ppo_loss(
     vf_clip_coef: float | None,
     ent_coef: float,
     vf_coef: float,
-    normalize_advantages: bool = True,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO loss = policy - ent_coef * entropy + vf_coef * value; all inputs share one shape.
 
-    ``mask`` (bool or 0/1, True = valid step) removes padded steps from every mean and from the
-    advantage statistics. ``old_log_prob``, ``advantages``, ``old_values`` and ``returns`` are
-    treated as constants (detached). ``clip_coef=None`` / ``vf_clip_coef=None`` disable the
-    policy-ratio / value clipping.
+    ``advantages`` are used as given: standardising them (:func:`standardize`, over a
+    minibatch or a whole rollout) is the caller's choice. ``mask`` (bool or 0/1, True = valid
+    step) removes padded steps from every mean. ``old_log_prob``, ``advantages``,
+    ``old_values`` and ``returns`` are treated as constants (detached). ``clip_coef=None`` /
+    ``vf_clip_coef=None`` disable the policy-ratio / value clipping.
     Metrics (detached scalars, no host sync): policy, value, entropy, approx_kl, clipfrac,
     ratio_mean. Example: ``loss, m = ppo_loss(lp, old_lp, adv, v, old_v, ret, ent, clip_coef=0.2,
     vf_clip_coef=None, ent_coef=0.01, vf_coef=0.5)``.
@@ -92,9 +92,6 @@ def ppo_loss(
     old_values = keep_valid(old_values.detach(), mask)
     returns = keep_valid(returns.detach(), mask)
     entropy = keep_valid(entropy, mask)
-
-    if normalize_advantages:
-        advantages = standardize(advantages, mask)
 
     # Clipped surrogate, Schulman et al. 2017 eq. 7 (written as a loss: max of the negatives).
     ratio = torch.exp(log_ratio)

@@ -105,18 +105,37 @@ def spanning_segment(distance: int, num_steps: int) -> int:
     return next(d for d in range(want, num_steps + 1) if num_steps % d == 0)
 
 
+def fits(cfg: DictConfig) -> bool:
+    """Whether ``agent.horizon`` applies: set, on a windowed or recurrent backbone, online."""
+    agent = cfg.agent
+    backbone = agent.get("backbone")
+    return (
+        agent.get("horizon") is not None
+        and backbone in (*STACKS, *RECURRENT)
+        and cfg.algo.get("kind") != "offline"
+    )
+
+
 def fit_horizon(cfg: DictConfig, given: Collection[str] = ()) -> DictConfig:
+    """``cfg`` fitted to ``agent.horizon`` (:func:`fitted`), where ``auto`` reads the env's
+    length once (:func:`auto_distance`: the only step that builds an env, one copy)."""
+    if not fits(cfg):
+        return cfg
+    horizon = cfg.agent.horizon
+    return fitted(cfg, auto_distance(cfg) if horizon == "auto" else int(horizon), given)
+
+
+def fitted(cfg: DictConfig, distance: int | None, given: Collection[str] = ()) -> DictConfig:
     """``cfg`` with agent.memory, agent.long_memory, agent.retention_scale,
     algo.segment_length and, beyond the window cap, algo.num_steps and agent.chunk fitted to
-    ``agent.horizon`` (see the module docstring); agent.horizon becomes
-    the distance used. ``given``: keys set on the command line
-    (``rltrans.config.resume.override_keys``), which keep the values given."""
-    agent, algo = cfg.agent, cfg.algo
-    horizon = agent.get("horizon")
-    backbone = agent.get("backbone")
-    if horizon is None or backbone not in (*STACKS, *RECURRENT) or algo.get("kind") == "offline":
+    ``distance`` steps (see the module docstring); agent.horizon becomes the distance used
+    (None: nothing known, nothing changed). ``given``: keys set on the command line
+    (``rltrans.config.resume.override_keys``), which keep the values given. A pure function
+    of the config and the distance: it builds nothing."""
+    if not fits(cfg):
         return cfg
-    distance = auto_distance(cfg) if horizon == "auto" else int(horizon)
+    agent, algo = cfg.agent, cfg.algo
+    backbone = agent.get("backbone")
     if distance is None:  # nothing known: as configured, and said so in the saved config
         OmegaConf.update(cfg, "agent.horizon", None, force_add=True)
         return cfg

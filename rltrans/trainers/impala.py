@@ -146,7 +146,7 @@ class ImpalaTrainer(OnlineTrainer):
 
     def build(self, run: Run) -> None:
         """Envs, agent, learner, the resumed state and the actor pool."""
-        cfg, device, algo, world = run.cfg, run.device, run.cfg.algo, run.world
+        cfg, device, algo, world = run.cfg, run.device, self.plan.algo, run.world
         self.local = local = cfg.runtime.kind == "local"
         num_actors = cfg.runtime.num_actors if local else 1  # process: the pool builds its own
         with run.building("env"):
@@ -213,7 +213,7 @@ class ImpalaTrainer(OnlineTrainer):
 
     def _batch(self) -> tuple[list[Rollout], list[int]]:
         """``algo.batch_rollouts`` rollouts fresh enough to correct, and their policy lags."""
-        algo, pool = self.run.cfg.algo, self.pool
+        algo, pool = self.plan.algo, self.pool
         rollouts: list[Rollout] = []
         lags: list[int] = []
         while len(rollouts) < algo.batch_rollouts:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -233,7 +234,7 @@ class OfflineTrainer(Trainer):
 
     def build(self, run: Run) -> None:
         """Dataset windows, evaluation env, agent, learner and the resumed state."""
-        cfg, device, algo = run.cfg, run.device, run.cfg.algo
+        cfg, device, algo = run.cfg, run.device, self.plan.algo
         with run.building("dataset"):
             dataset, self.data_info = load(cfg)  # on resume: the saved config's dataset
             # Data -> K-step windows; statistics computed once, kept in model and checkpoint.
@@ -255,16 +256,12 @@ class OfflineTrainer(Trainer):
             self.agent.to(device)
         self.total = train_steps = int(cfg.train_steps)
         self.accel = accel = Accel()
+        optim = algo.optim
+        warmup = min(optim.warmup_updates, int(WARMUP_CAP * train_steps))
         self.learner = Learner(
             self.agent,
-            lr=algo.lr,
+            replace(optim, warmup_updates=warmup),
             total_updates=train_steps,
-            anneal_lr=algo.anneal_lr,
-            warmup_updates=min(int(algo.warmup_updates), int(WARMUP_CAP * train_steps)),
-            max_grad_norm=algo.max_grad_norm,
-            weight_decay=algo.weight_decay,
-            eps=algo.adam_eps,
-            amp=algo.amp,
             accel=accel,
         )
         self.progress = run.resume(self.agent, self.learner, self.spaces)
@@ -282,7 +279,7 @@ class OfflineTrainer(Trainer):
     def _eval_env(self, run: Run, dataset: OfflineDataset) -> dict[str, Any]:
         """The evaluation env's config (what checkpoints record); builds the env itself
         where there is evaluation: ONE vector env, env i plays target i // eval_episodes."""
-        cfg, algo = run.cfg, run.cfg.algo
+        cfg, algo = run.cfg, self.plan.algo
         num_eval = len(self.targets) * algo.eval_episodes
         with run.building("env"):
             # The config keeps what was asked (env=dataset); checkpoints record the env it
@@ -301,7 +298,7 @@ class OfflineTrainer(Trainer):
     def update(self) -> None:
         """One gradient step on B sampled windows; log every ``algo.log_every`` steps,
         evaluate and checkpoint every ``algo.eval_every`` steps and at the end."""
-        algo, accel, learner = self.run.cfg.algo, self.accel, self.learner
+        algo, accel, learner = self.plan.algo, self.accel, self.learner
         t0 = time.perf_counter()
         batch = self.buffer.sample(algo.batch_size, self.sampler.rng, device=self.run.device)
         t1 = time.perf_counter()
@@ -350,7 +347,7 @@ class OfflineTrainer(Trainer):
 
     def _evaluate_and_save(self) -> None:
         """Play every target return (where there is an env), log, checkpoint."""
-        algo, start = self.run.cfg.algo, time.perf_counter()
+        algo, start = self.plan.algo, time.perf_counter()
         if self.envs is not None:
             try:
                 self.results = evaluate_targets(
@@ -396,7 +393,7 @@ class OfflineTrainer(Trainer):
             "eval_s": self.eval_s,
             "wall_s": time.perf_counter() - self.start_time,
             "eval_targets": self.targets,
-            "eval_episodes_per_target": int(self.run.cfg.algo.eval_episodes),
+            "eval_episodes_per_target": self.plan.algo.eval_episodes,
             "checkpoint": self.run.latest_checkpoint(),
         }
         if self.results:

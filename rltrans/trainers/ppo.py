@@ -43,7 +43,7 @@ class PPOTrainer(OnlineTrainer):
 
     def build(self, run: Run) -> None:
         """Env, agent, learner, buffer, actor and the resumed state."""
-        cfg, device, algo = run.cfg, run.device, run.cfg.algo
+        cfg, device, algo = run.cfg, run.device, self.plan.algo
         with run.building("env"):
             self.envs = envs = make_env(cfg.env, seed=cfg.seed, device=device)
         self.build_agent(run, (envs.single_observation_space, envs.single_action_space))
@@ -51,7 +51,7 @@ class PPOTrainer(OnlineTrainer):
         self.steps_per_update = algo.num_steps * envs.num_envs
         updates = run.whole_updates(self.steps_per_update, "algo.num_steps x env.num_envs")
         self.total = updates * self.steps_per_update
-        accel = Accel(chunk_obs_mb=algo.get("chunk_obs_mb"))
+        accel = Accel(chunk_obs_mb=algo.chunk_obs_mb)
         self.build_learner(PPOLearner, updates, accel)
         self.progress = run.resume(agent, self.learner, self.spaces)
         self.buffer = RolloutBuffer(algo.num_steps, envs.num_envs, algo.segment_length, device)
@@ -77,7 +77,7 @@ class PPOTrainer(OnlineTrainer):
 
     def update(self) -> None:
         """Collect a rollout, compute advantages, update, log, evaluate where due."""
-        algo, buffer, actor, state = self.run.cfg.algo, self.buffer, self.actor, self.state
+        algo, buffer, actor, state = self.plan.algo, self.buffer, self.actor, self.state
         actor.collect(buffer, on_info=self.tracker.update)
         buffer.compute_advantages(actor.bootstrap_value(), algo.gamma, algo.gae_lambda)
         t_learn = time.perf_counter()

@@ -161,20 +161,9 @@ class OnlineTrainer(Trainer):
             self.evaluation = PeriodicEvaluation(cfg, self.agent, run.device, main=self.is_main())
 
     def build_learner(self, learner: type, updates: int, accel: Accel) -> None:
-        """``learner`` (PPOLearner, ImpalaLearner) over ``updates`` updates, from the algo
-        section, which it takes whole under its kind's name (``ppo=`` / ``impala=``)."""
-        algo = self.run.cfg.algo
-        section = "ppo" if algo.kind == "online" else algo.kind
-        self.learner = learner(
-            self.agent,
-            **{section: to_container(algo)},
-            lr=algo.lr,
-            total_updates=updates,
-            anneal_lr=algo.anneal_lr,
-            max_grad_norm=algo.max_grad_norm,
-            amp=algo.amp,
-            accel=accel,
-        )
+        """``learner`` (PPOLearner, ImpalaLearner) over ``updates`` updates, taking the plan's
+        typed ``algo`` settings whole."""
+        self.learner = learner(self.agent, self.plan.algo, total_updates=updates, accel=accel)
 
     def summary(self, status: str) -> dict[str, Any]:
         """status, steps, updates, the episode window's means, SPS, checkpoint, evaluation."""

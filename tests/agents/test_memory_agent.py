@@ -20,7 +20,7 @@ from rltrans.config import load_config
 from rltrans.core.block import BlockConfig
 from rltrans.core.position import sinusoid
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learners import PPOLearner
+from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
@@ -149,7 +149,7 @@ def test_acting_and_training_halt_at_the_same_depth(envs):
 def test_learner_logs_ponder_scalars_and_gathers_steps_once_per_token(envs):
     agent = ut_agent(envs)
     buffer = rollout(agent, envs)
-    learner = PPOLearner(agent, ppo=PPO, lr=1e-3, total_updates=1)
+    learner = PPOLearner(agent, PPOConfig(**PPO, lr=1e-3), total_updates=1)
     metrics = learner.update(buffer)
     assert {"loss_ponder", "ponder_mean", "ponder_max", "halt_prob_mean"} <= set(metrics)
     assert all(v.dim() == 0 for v in metrics.values())

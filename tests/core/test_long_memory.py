@@ -20,7 +20,7 @@ from rltrans.core.long_memory import (
     time_scales,
 )
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learners import PPOLearner
+from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.runtime.actors import LocalActor
 from tests.test_rollout import small_agent
 
@@ -451,7 +451,7 @@ def test_replay_fidelity_with_the_long_memory(kind):
     torch.testing.assert_close(value, batch.values, atol=1e-5, rtol=0)
     ppo = {"epochs": 1, "num_minibatches": 1, "clip_coef": 0.2, "vf_clip_coef": 0.2}
     ppo |= {"ent_coef": 0.01, "vf_coef": 0.5, "normalize_advantages": True}
-    metrics = PPOLearner(agent, ppo=ppo, lr=1e-3, total_updates=2).update(buffer)
+    metrics = PPOLearner(agent, PPOConfig(**ppo, lr=1e-3), total_updates=2).update(buffer)
     assert abs(metrics["ratio_mean"].item() - 1.0) < 1e-5
     actor.collect(buffer)  # after the update: acting and replay agree again
     buffer.compute_advantages(actor.bootstrap_value(), 0.99, 0.95)

@@ -10,7 +10,7 @@ from rltrans.core.attention import attend, sequence_mask
 from rltrans.core.block import BlockConfig
 from rltrans.core.span import AdaptiveSpan
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.learners import PPOLearner
+from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.runtime.actors import LocalActor
 from tests.test_rollout import small_agent
 
@@ -178,7 +178,7 @@ def test_the_span_cost_and_the_task_both_train_the_spans_and_the_spans_are_logge
     ppo = {"epochs": 1, "num_minibatches": 1, "clip_coef": 0.2, "vf_clip_coef": 0.2}
     ppo |= {"ent_coef": 0.0, "vf_coef": 0.0, "normalize_advantages": True}
     before = fraction.detach().clone()
-    metrics = PPOLearner(agent, ppo=ppo, lr=1e-2, total_updates=1).update(buffer)
+    metrics = PPOLearner(agent, PPOConfig(**ppo, lr=1e-2), total_updates=1).update(buffer)
     assert abs(metrics["ratio_mean"].item() - 1.0) < 1e-5
     assert {"loss_span", "span_mean", "span_max", "span_l0_h0"} <= set(metrics)
     after = agent.backbone.blocks[0].span.fraction  # the learner may re-home parameters

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rltrans.losses.ppo import masked_mean, ppo_loss
+from rltrans.losses.ppo import masked_mean, ppo_loss, standardize
 
 D = torch.float64
 COEFS = {"clip_coef": 0.2, "vf_clip_coef": 0.5, "ent_coef": 0.01, "vf_coef": 0.5}
@@ -38,9 +38,12 @@ def random_inputs(seed: int, shape=(6, 5), dtype=D) -> dict[str, torch.Tensor]:
     }
 
 
-def call(x: dict, **kw):
-    """ppo_loss on an inputs dict with default coefficients overridable by kw."""
-    return ppo_loss(*(x[k] for k in NAMES), **{**COEFS, "normalize_advantages": True, **kw})
+def call(x: dict, normalize_advantages: bool = True, **kw):
+    """ppo_loss on an inputs dict with default coefficients overridable by kw, the advantages
+    standardised over the valid entries first (as the learner does) unless told not to."""
+    if normalize_advantages:
+        x = dict(x, advantages=standardize(x["advantages"], kw.get("mask")))
+    return ppo_loss(*(x[k] for k in NAMES), **{**COEFS, **kw})
 
 
 def test_identical_policies_give_ratio_one_and_zero_kl_exactly():
@@ -69,7 +72,7 @@ def test_hand_computed_example():
     loss, m = ppo_loss(
         old_lp + ratios.log(), old_lp, t(1.0, 1.0, -1.0, -1.0), new_v, torch.zeros(4, dtype=D),
         ret, t(0.5, 1.0, 1.5, 2.0), clip_coef=0.2, vf_clip_coef=0.5, ent_coef=0.1, vf_coef=2.0,
-        normalize_advantages=False, mask=None,
+        mask=None,
     )  # fmt: skip
     policy = 0.15
     value = 0.5 * (2.25 + 0.16 + 0.81 + 6.25) / 4
@@ -85,7 +88,7 @@ def test_hand_computed_example():
     # Without value clipping it is the plain 0.5 * squared error.
     _, m2 = ppo_loss(
         old_lp, old_lp, t(1, 1, 1, 1), new_v, torch.zeros(4, dtype=D), ret, t(0, 0, 0, 0),
-        clip_coef=0.2, vf_clip_coef=None, ent_coef=0.0, vf_coef=1.0, normalize_advantages=False,
+        clip_coef=0.2, vf_clip_coef=None, ent_coef=0.0, vf_coef=1.0,
     )  # fmt: skip
     assert m2["value"].item() == pytest.approx(0.5 * (1 + 0.01 + 0.81 + 0) / 4, abs=1e-12)
 
