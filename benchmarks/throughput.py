@@ -198,6 +198,7 @@ class PPOSetup:
             "agent.layers=4",
             "agent.heads=1",
             "agent.memory=16",
+            *(["agent.long_memory=none"] if agent == "gtrxl" else []),  # the window alone
             "env.num_envs=16",
             "algo.num_steps=128",
             "algo.num_minibatches=8",
