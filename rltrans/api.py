@@ -33,6 +33,7 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     """The plan of a composed, checked config (:func:`rltrans.config.load_config`) and the
     command line it came from: horizon fit, resume merge and trust checks, resource
     estimate, trainer choice, each made here once."""
+    from rltrans.config.applies import inapplicable
     from rltrans.config.resources import check_resources
     from rltrans.config.resume import override_keys, settled_config
     from rltrans.trainers.horizon import fit_horizon, horizon_note
@@ -41,6 +42,10 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     # the fitted config the run saved.
     cfg = fit_horizon(cfg, override_keys(overrides))
     cfg = settled_config(cfg, overrides)  # resume=true: the saved run, the given changes
+    if cfg.get("resume"):  # a knob given that the saved run's choices leave idle
+        problems = inapplicable(cfg, override_keys(overrides))
+        if problems:
+            raise ConfigError("\n".join(problems))
     check_resources(cfg)  # before a folder, env or process exists
     kind = cfg.algo.kind
     if kind not in TRAINER_KINDS:

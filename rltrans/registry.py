@@ -124,18 +124,15 @@ def _refuse_targets(value: Any, path: str) -> None:
             _refuse_targets(item, f"{path}[{i}]")
 
 
-# A memory agent's config keys that the run plan reads and the agent does not: ``horizon``
-# sizes the memory and the training segments before the agent is built
-# (rltrans.trainers.horizon).
+# Agent config keys that the run plan reads and no agent class is given: ``horizon`` sizes
+# the memory and the training segments before the agent is built (rltrans.trainers.horizon).
 PLAN_KNOBS = ("horizon",)
 
 
 def agent_knobs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of an agent config: everything but its class name and, for
-    ``kind: memory``, the keys the run plan reads (:data:`PLAN_KNOBS`), checked to hold plain
-    values only."""
-    plan_only = PLAN_KNOBS if agent_cfg.get("kind", "memory") == "memory" else ()
-    skip = ("kind", "_target_", *plan_only)
+    """The keyword arguments of an agent config: everything but its class name and the keys
+    the run plan reads (:data:`PLAN_KNOBS`), checked to hold plain values only."""
+    skip = ("kind", "_target_", *PLAN_KNOBS)
     knobs = {k: v for k, v in agent_cfg.items() if k not in skip}
     _refuse_targets(knobs, "agent")
     return knobs

@@ -55,6 +55,14 @@ CASES = {
         ["agent.position=shaw", "+agent.shaw_max_distance=8"],
     ),
     "agent.max_len": (["+agent.max_len=64"], ["agent.position=learned", "+agent.max_len=64"]),
+    "total_steps": (["agent=dt", "total_steps=100"], ["total_steps=100"]),
+    "train_steps": (["train_steps=100"], ["agent=dt", "train_steps=100"]),
+    "dataset": (
+        ["dataset=mujoco/hopper/expert-v0"],
+        ["agent=dt", "dataset=mujoco/hopper/expert-v0"],
+    ),
+    "dataset_kind": (["dataset_kind=minari"], ["agent=dt", "dataset_kind=minari"]),
+    "runtime": (["runtime=process"], ["algo=impala", "runtime=process"]),
 }
 
 
@@ -69,6 +77,13 @@ def test_a_knob_that_does_nothing_is_refused(key, capsys):
     err = capsys.readouterr().err
     assert f"{key}=" in err and "does nothing with" in err and "it applies only with" in err
     load_config(applies)  # where it applies, the same value is taken
+
+
+def test_a_groups_rule_covers_the_keys_below_it(capsys):
+    """runtime.num_actors under PPO is refused like runtime=process; under IMPALA it is taken."""
+    assert train_main(["runtime.num_actors=2", "total_steps=1"]) == 2
+    assert "runtime.num_actors=2 does nothing with algo.kind=online" in capsys.readouterr().err
+    assert load_config(["algo=impala", "runtime.num_actors=2"]).runtime.num_actors == 2
 
 
 def test_only_knobs_the_command_line_gives_are_checked():
@@ -89,3 +104,16 @@ def test_the_train_guide_lists_every_rule():
         row = next((ln for ln in table.splitlines() if f"`{key}`" in ln), None)
         assert row is not None, key
         assert f"`{rule.when}" in row or rule.when.split(".")[1] in row, (key, row)
+
+
+def test_on_resume_the_saved_runs_choices_decide(tmp_path, capsys):
+    """resume=true composes with the default algo first; the check waits for the saved run:
+    train_steps on a resumed PPO run is refused, total_steps continues it."""
+    from tests.cli import TINY_PPO
+
+    run = f"run_dir={tmp_path}"
+    assert train_main([*TINY_PPO, "total_steps=64", run, "tensorboard=false"]) == 0
+    capsys.readouterr()
+    assert train_main(["resume=true", run, "train_steps=8"]) == 2
+    assert "train_steps=8 does nothing with algo.kind=online" in capsys.readouterr().err
+    assert train_main(["resume=true", run, "total_steps=128"]) == 0

@@ -22,8 +22,10 @@ from rltrans.config import (
     load_config,
 )
 
-# Options that only make sense with an offline agent (their own cross check says so).
+# Options that only make sense with an offline agent (their own cross check says so), and
+# the runtimes, which only IMPALA uses (refused under PPO).
 NEEDS = {("algo", "offline"): ["agent=bc"], ("env", "dataset"): ["agent=bc"]}
+NEEDS |= {("runtime", option): ["algo=impala"] for option in group_options("runtime")}
 
 
 def every_option() -> list[tuple[str, list[str]]]:

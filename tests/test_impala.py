@@ -283,16 +283,19 @@ def test_bad_values_exit_2_naming_the_key(override, message, tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
-def test_runtime_process_validates_and_ppo_ignores_the_runtime(tmp_path, capsys):
+def test_runtime_process_validates_and_ppo_refuses_a_runtime(tmp_path, capsys):
+    """IMPALA takes a runtime; PPO acts in its own process, so a runtime given to it would do
+    nothing and is refused (exit 2) before any folder exists."""
     from rltrans.config import load_config
 
     cfg = load_config(["algo=impala", "runtime=process", "runtime.num_actors=2"])
     assert cfg.runtime.kind == "process" and cfg.algo.kind == "impala"
     ppo = [a for a in TINY if not a.startswith(("algo=", "runtime="))]
-    args = [*ppo, "runtime=process", "total_steps=64", f"run_dir={tmp_path}"]
-    args += ["algo.num_minibatches=2", "algo.epochs=1"]
-    assert train_main(args) == 0
-    assert summary_line(capsys.readouterr().out)["global_step"] == 64
+    args = [*ppo, "runtime=process", "total_steps=64", f"run_dir={tmp_path / 'run'}"]
+    assert train_main(args) == 2
+    err = capsys.readouterr().err
+    assert "runtime=process does nothing with algo.kind=online" in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_impala_paper_is_the_papers_setting_over_the_impala_defaults(tmp_path, capsys):

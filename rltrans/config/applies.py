@@ -57,6 +57,8 @@ def _stack(cfg: DictConfig) -> bool:
 
 _STACK_ONLY = Rule("agent.backbone", STACKS, _memory_agent)
 _SEQUENCE = Rule("agent.backbone", (*WINDOWED, *RECURRENT), _memory_agent)
+_ONLINE = Rule("algo.kind", ("online", "impala"))
+_OFFLINE = Rule("algo.kind", ("offline",))
 
 RULES: dict[str, Rule] = {
     "agent.heads": _STACK_ONLY,
@@ -75,15 +77,22 @@ RULES: dict[str, Rule] = {
     "agent.gate_bias": Rule("agent.gate", GATES_WITH_BIAS, _stack),
     "agent.shaw_max_distance": Rule("agent.position", ("shaw",), _stack),
     "agent.max_len": Rule("agent.position", ("learned",), _stack),
+    # train.yaml's budgets and data belong to one kind of training each
+    "total_steps": _ONLINE,
+    "train_steps": _OFFLINE,
+    "dataset": _OFFLINE,
+    "dataset_kind": _OFFLINE,
+    # where IMPALA's actors run: the group and every key below it
+    "runtime": Rule("algo.kind", ("impala",)),
 }
 
 
 def inapplicable(cfg: DictConfig, given: Collection[str]) -> list[str]:
     """One line per key in ``given`` (keys the command line set) that does nothing under the
-    config's other choices (:data:`RULES`)."""
+    config's other choices (:data:`RULES`; a group's rule covers the keys below it)."""
     problems = []
     for key in dict.fromkeys(given):
-        rule = RULES.get(key)
+        rule = RULES.get(key) or RULES.get(key.split(".")[0])
         if rule is None or not rule.scope(cfg):
             continue
         if OmegaConf.select(cfg, key, default=None) is None:
@@ -92,6 +101,8 @@ def inapplicable(cfg: DictConfig, given: Collection[str]) -> list[str]:
         if current in rule.values:
             continue
         value = OmegaConf.select(cfg, key)
+        if isinstance(value, DictConfig):  # a group's choice (runtime=process): its kind
+            value = value.get("kind", key)
         problems.append(
             f"{key}={format_value(value)} does nothing with {rule.when}={format_value(current)}: "
             f"it applies only with {rule.describe()}"

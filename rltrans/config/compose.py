@@ -226,9 +226,12 @@ def load_config(
         _fit_default_segments(cfg)
     if validate:
         problems += check_config(cfg, defaults, config_name)
-    if validate and config_name == "train":  # a knob given where it would do nothing
+    if validate and config_name == "train" and not cfg.get("resume"):
+        # a knob given where it would do nothing: keys and group choices set (runtime=process
+        # under PPO does nothing either); on resume the saved run decides the choices, so
+        # rltrans.api.resolve checks there, after the merge
         setting = [o.key_or_group for o in parsed if o.type is not OverrideType.DEL]
-        problems += inapplicable(cfg, [k for k in setting if k in given])
+        problems += inapplicable(cfg, setting)
     if problems:
         raise ConfigError(format_problems(problems))
     return cfg

@@ -129,6 +129,8 @@ class _Checker:
                     self.problems.append(bad_value(key, value, Spec("mapping")))
             elif spec is not None:
                 self.leaf(key, value, spec, node, name)
+            elif default is _MISSING and self.agent_takes(key):  # +agent.<its argument>=...
+                self.leaf(key, value, Spec("any"), node, name)
             elif default is _MISSING:
                 self.problems.append(unknown_key(key, base if isinstance(base, dict) else []))
             else:
@@ -140,6 +142,18 @@ class _Checker:
                     f"config key {prefix + name!r} was removed (~{prefix + name}); the run reads "
                     f"it: give it a value instead ({self._describe(prefix + name, base[name])})"
                 )
+
+    def agent_takes(self, key: str) -> bool:
+        """Whether ``key`` (``agent.<name>``) is a keyword argument of a registered agent
+        class that its preset's YAML leaves out (a class with ``**knobs`` takes any name);
+        the shipped ``memory`` kind's extra knobs are in the key tables instead."""
+        agent = self.data.get("agent")
+        if not key.startswith("agent.") or key.count(".") != 1 or not isinstance(agent, dict):
+            return False
+        if agent.get("kind") in (None, "memory", "dt", "bc") or _entry(agent["kind"]) is None:
+            return False
+        knobs = agent_knob_names(agent)
+        return knobs is None or key.split(".")[1] in knobs
 
     def _describe(self, key: str, default: Any) -> str:
         """What a key accepts, for messages."""
@@ -354,13 +368,15 @@ def agent_knob_names(agent: dict) -> list[str] | None:
     keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     names = [n for n, p in params.items() if p.kind in keyword and p.default is not p.empty]
     knobs = ["kind", *(n for n in names if n not in ("observation_space", "action_space", "stats"))]
+    if agent.get("kind") not in ("dt", "bc"):
+        from rltrans.registry import PLAN_KNOBS
+
+        knobs += [k for k in PLAN_KNOBS if k not in knobs]  # the plan reads it, not the class
     if agent.get("kind") == "memory":
         from rltrans.agents.memory_agent import STACK_OPTIONS, UNIVERSAL_OPTIONS
         from rltrans.backbones.gtrxl import PRESETS
         from rltrans.core.block import BlockConfig
-        from rltrans.registry import PLAN_KNOBS
 
-        knobs += PLAN_KNOBS  # read by the run plan (agent.horizon), not by the agent
         block = [f.name for f in fields(BlockConfig) if f.name not in knobs]
         backbone = agent.get("backbone", getattr(params.get("backbone"), "default", None))
         extra = {"universal": [*block, *UNIVERSAL_OPTIONS]}.get(
