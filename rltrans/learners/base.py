@@ -53,7 +53,6 @@ class Learner:
         accel: Accel | None = None,
     ) -> None:
         self.model = model
-        self.settings = optim
         self.accel = accel or Accel()
         self.params = self.accel.trainable(model)
         self.max_grad_norm = optim.max_grad_norm

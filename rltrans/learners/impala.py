@@ -61,7 +61,6 @@ class ImpalaLearner(Learner):
             "min_advantage_std": impala.min_advantage_std,
             "clip_coef": impala.clip_coef,
         }
-        self.epochs, self.num_minibatches = impala.epochs, impala.num_minibatches
         self.distributions: dict[str, Tensor] = {}
 
     @staticmethod
@@ -158,21 +157,20 @@ class ImpalaLearner(Learner):
         :attr:`distributions`."""
         batch = self.concat(list(buffers))
         bootstrap = torch.cat([v.reshape(-1).float() for v in bootstrap_values])
-        envs = bootstrap.numel()
-        if not 1 <= self.num_minibatches <= envs:
+        envs, count = bootstrap.numel(), self.impala.num_minibatches
+        if not 1 <= count <= envs:
             raise ValueError(
-                f"algo.num_minibatches={self.num_minibatches} must be in 1..{envs} "
-                f"(the envs of one learner batch)"
+                f"algo.num_minibatches={count} must be in 1..{envs} (the envs of one learner batch)"
             )
         first = None
-        for _ in range(self.epochs):
-            if self.num_minibatches == 1:
+        for _ in range(self.impala.epochs):
+            if count == 1:
                 parts = [(batch, bootstrap)]
             else:
                 order = torch.randperm(envs, device=bootstrap.device)
                 parts = [
                     (self.select_envs(batch, index), bootstrap[index])
-                    for index in order.tensor_split(self.num_minibatches)
+                    for index in order.tensor_split(count)
                 ]
             for part, part_bootstrap in parts:
                 with self.accel.step():

@@ -29,11 +29,6 @@ class PPOLearner(Learner):
     ) -> None:
         super().__init__(model, ppo.optim, total_updates=total_updates, accel=accel)
         self.ppo = ppo
-        self.epochs, self.num_minibatches, self.target_kl = (
-            ppo.epochs,
-            ppo.num_minibatches,
-            ppo.target_kl,
-        )
         # Advantages are standardised once in update(), over the minibatch (PPO2 baselines,
         # CleanRL) or the rollout (advantage_scope), so the loss takes them as they are.
         self.loss_kwargs = {
@@ -78,9 +73,9 @@ class PPOLearner(Learner):
             # min_advantage_std: divide by max(std, it), so a rollout or minibatch with no
             # reward in it (a long corridor) keeps its advantages small, not scaled-up noise
             buffer.advantages = standardize(buffer.advantages, None, ppo.min_advantage_std)
-        for epoch in range(self.epochs):
+        for epoch in range(ppo.epochs):
             kls = []
-            for batch in buffer.minibatches(self.num_minibatches, generator):
+            for batch in buffer.minibatches(ppo.num_minibatches, generator):
                 if per_minibatch:
                     advantages = standardize(batch.advantages, batch.mask, ppo.min_advantage_std)
                     batch = replace(batch, advantages=advantages)
@@ -94,7 +89,7 @@ class PPOLearner(Learner):
                     totals[k] = totals.get(k, 0.0) + v.detach().float()
                 kls.append(metrics["approx_kl"])
                 count += 1
-            if self.target_kl is not None and torch.stack(kls).mean() > self.target_kl:
+            if ppo.target_kl is not None and torch.stack(kls).mean() > ppo.target_kl:
                 break  # early stop (Schulman et al. 2017 baselines' target KL)
         self.end_update()
         self.distributions = {k: torch.cat(v) for k, v in pieces.items()}
