@@ -1,12 +1,15 @@
 """One GPU check: every CUDA path of rltrans in one command, in under 10 minutes, one report.
 
 rltrans is developed and tested on CPU machines; this is the command to run first on a
-machine with a GPU. Five parts, each a subprocess with its own time limit (a part that fails
+machine with a GPU. Six parts, each a subprocess with its own time limit (a part that fails
 or hangs is killed and recorded, and the next part runs; all limits fit in ``TOTAL_S``):
 
   tests     the tests that need CUDA (named ``*cuda*``, or skipped when CUDA is missing)
   ppo       PPO with the learner and the torch-native T-maze envs on the GPU: SPS, and the
             env steps/s of stepping the envs alone
+  device    the device rollout (its acting step replayed from a CUDA graph) against the
+            generic acting loop, whole PPO updates at 4,096 envs, one run
+            (``benchmarks/device_throughput.py``): SPS of each and their ratio
   impala    IMPALA with a CUDA learner and two actor processes acting on CPU (runtime=process)
   dt        a Decision Transformer training step under bfloat16 autocast against
             HuggingFace's (``benchmarks/dt_throughput.py --amp``): the speed ratios
@@ -16,9 +19,10 @@ or hangs is killed and recorded, and the next part runs; all limits fit in ``TOT
 It writes ``gpu_check.json`` and ``gpu_check.md`` into ``--out`` (the machine: GPUs, torch,
 CUDA; then each part's status, seconds, numbers and command) and one ``<part>.log`` per part
 (stderr, then stdout). Run folders (checkpoints, TensorBoard events) go to a temporary folder
-that is deleted at the end, so ``--out`` holds at most seven files.
+that is deleted at the end, so ``--out`` holds at most eight files.
 
-    python benchmarks/gpu_check.py [--out runs/gpu_check] [--parts tests,ppo,impala,dt,torchrun]
+    python benchmarks/gpu_check.py [--out runs/gpu_check]
+                                   [--parts tests,ppo,device,impala,dt,torchrun]
     python benchmarks/gpu_check.py --dry-run     # print the commands, run nothing (any machine)
 
 Without CUDA it prints one line saying so and exits 0. Exit code 1 when a part that ran did
@@ -55,6 +59,7 @@ TOTAL_S = 570  # the sum of the parts' limits: 10 minutes less ~30 s for start-u
 MIN_PART_S = 15  # a part is skipped when less than this is left of TOTAL_S
 # PPO on the GPU: enough envs that a step is not all kernel-launch latency, 12 updates
 PPO_ENVS, PPO_STEPS, PPO_UPDATES, WARMUP_UPDATES = 256, 64, 12, 2
+DEVICE_ENVS = 4096  # the device rollout against the generic loop, at the default agent size
 IMPALA_STEPS = 32768  # 64 updates of 16 envs x 32 steps (configs/algo/impala.yaml)
 COMMON = ["progress=false", "checkpoint_every=1000000", "overwrite=true", "seed=1"]
 
@@ -116,6 +121,19 @@ def read_ppo(stdout: str, run: Path) -> dict:
     }
 
 
+def read_device(stdout: str, run: Path) -> dict:
+    """Each path's SPS and rollout / learning times from device_throughput's JSON, and the
+    device rollout's SPS over the generic loop's."""
+    rows = json.loads((run / "device.json").read_text())["rows"]
+    paths = {r["rollout"]: r for r in rows}
+    numbers = {
+        f"{name}_{key}": round(r[key], 1)
+        for name, r in paths.items()
+        for key in ("SPS", "rollout_ms", "learn_ms")
+    }
+    return {**numbers, "device_over_generic": paths["device"]["SPS"] / paths["generic"]["SPS"]}
+
+
 def read_impala(stdout: str, run: Path) -> dict:
     """Summary SPS and the learner's own rate, policy lag and wait for rollouts."""
     s = summary_line(stdout)
@@ -166,6 +184,10 @@ def plan(runs: Path, gpus: int) -> list[Part]:
         f"algo.num_steps={PPO_STEPS}", f"total_steps={PPO_ENVS * PPO_STEPS * PPO_UPDATES}",
         "compile=false", "tensorboard=true", f"run_dir={runs / 'ppo'}", *COMMON,
     ]  # fmt: skip
+    device = [
+        PY, "benchmarks/device_throughput.py", "--device", "cuda", "--envs", str(DEVICE_ENVS),
+        "--agents", "gtrxl+long", "--updates", "2", "--out", str(runs / "device" / "device.json"),
+    ]  # fmt: skip
     # Actor processes always act on CPU with a CPU copy of the weights (rltrans.runtime.process).
     impala = [
         *train, "algo=impala", "runtime=process", "runtime.num_actors=2", "device=cuda",
@@ -190,10 +212,11 @@ def plan(runs: Path, gpus: int) -> list[Part]:
     ]  # fmt: skip
     return [
         Part("tests", "tests that need CUDA (pytest)", tests, 90, read_tests),
-        Part("ppo", "PPO, learner and torch-native envs on the GPU", ppo, 120, read_ppo),
-        Part("impala", "IMPALA, CUDA learner, 2 CPU actor processes", impala, 100, read_impala),
-        Part("dt", "DT training step, bf16 autocast, vs HF", dt, 150, read_dt),
-        Part("torchrun", f"IMPALA, {gpus} learners over NCCL", nccl, 100, read_torchrun),
+        Part("ppo", "PPO, learner and torch-native envs on the GPU", ppo, 90, read_ppo),
+        Part("device", "device rollout vs generic loop, 4,096 envs", device, 90, read_device),
+        Part("impala", "IMPALA, CUDA learner, 2 CPU actor processes", impala, 90, read_impala),
+        Part("dt", "DT training step, bf16 autocast, vs HF", dt, 120, read_dt),
+        Part("torchrun", f"IMPALA, {gpus} learners over NCCL", nccl, 90, read_torchrun),
     ]
 
 
@@ -364,7 +387,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", type=Path, default=Path("runs/gpu_check"), help="report folder")
-    parser.add_argument("--parts", default="tests,ppo,impala,dt,torchrun", help="comma list")
+    parser.add_argument("--parts", default="tests,ppo,device,impala,dt,torchrun", help="comma list")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument(
         "--cuda-tests", nargs=argparse.REMAINDER, metavar="PYTEST_ARGS",

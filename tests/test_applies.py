@@ -63,6 +63,7 @@ CASES = {
     ),
     "dataset_kind": (["dataset_kind=minari"], ["agent=dt", "dataset_kind=minari"]),
     "runtime": (["runtime=process"], ["algo=impala", "runtime=process"]),
+    "rollout": (["algo=impala", "rollout=device"], ["rollout=device"]),
 }
 
 

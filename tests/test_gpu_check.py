@@ -16,7 +16,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
-PARTS = ["tests", "ppo", "impala", "dt", "torchrun"]
+PARTS = ["tests", "ppo", "device", "impala", "dt", "torchrun"]
 
 
 def gpu_check(*args: str | Path) -> subprocess.CompletedProcess:
@@ -61,6 +61,8 @@ def test_dry_run_lists_every_part_within_ten_minutes(module):
         ("--cuda-tests", "tests"),
         ("device=cuda", "ppo"),
         ("env=tmaze", "ppo"),
+        ("device_throughput.py", "device"),
+        ("--device cuda", "device"),
         ("runtime=process", "impala"),
         ("device=cuda", "impala"),
         ("--amp", "dt"),

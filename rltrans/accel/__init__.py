@@ -3,6 +3,9 @@
 * :mod:`~rltrans.accel.compile` — ``compile=true|auto``: ``torch.compile`` of training
   steps, an ahead-of-time compiled acting step, and the ``auto`` chooser;
 * :mod:`~rltrans.accel.acting` — an agent's acting step compiled from outside the agent;
+* :mod:`~rltrans.accel.rollout` — PPO's rollout of a torch-native env without host reads
+  (``rollout=auto|device``), and :mod:`~rltrans.accel.capture`, its acting step replayed
+  from a CUDA graph;
 * :mod:`~rltrans.accel.threads` — ``torch_threads=auto``: thread counts and streams chosen
   by timing the run's own calls;
 * :mod:`~rltrans.accel.flat` — a CPU model's parameters as views of one flat tensor;
@@ -26,7 +29,7 @@ import torch
 from torch import nn
 
 from rltrans import distributed
-from rltrans.accel.acting import CompiledActing, compiled_acting
+from rltrans.accel.acting import CompiledActing, captured_acting, compiled_acting
 from rltrans.accel.chunks import LossFn, Parts, part_count
 from rltrans.accel.compile import AheadOfTime, AutoCompile, _report, compiled
 from rltrans.accel.flat import FlatParameters, PerTensor, trainable
@@ -55,8 +58,8 @@ class Accel:
         self.compiling = False
         self._programs: dict[Any, Callable] = {}
         self._parts = Parts()
-        self._actors: list[tuple[Any, nn.Module]] = []
-        self._compiled_acting: dict[int, CompiledActing | None] = {}
+        self._actors: list[tuple[Any, nn.Module, bool]] = []
+        self._compiled_acting: dict[tuple[int, bool, bool], CompiledActing | None] = {}
 
     # ---------------------------------------------------------------- what the learner asks
     @staticmethod
@@ -105,26 +108,30 @@ class Accel:
         return self.threads is not None and self.threads.chosen is None
 
     # ------------------------------------------------------------------- the compile switch
-    def act_through(self, actor: Any, agent: nn.Module) -> None:
+    def act_through(self, actor: Any, agent: nn.Module, *, capture: bool = False) -> None:
         """Let ``actor`` (anything with ``use_policy(policy)``) act through ``agent``'s compiled
-        step while compiling, through ``agent`` otherwise (applied at once)."""
-        self._actors.append((actor, agent))
-        actor.use_policy(self._acting(agent) or agent)
+        step while compiling, through ``agent`` otherwise (applied at once). ``capture`` (the
+        device rollout): on CUDA, either step is replayed from a CUDA graph."""
+        self._actors.append((actor, agent, capture))
+        actor.use_policy(self._acting(agent, capture) or agent)
 
     def use_compiled(self, on: bool) -> None:
         """Switch compiled programs on or off, for the learner's steps and the acting steps
         of every actor handed to :meth:`act_through`."""
         self.compiling = on
-        for actor, agent in self._actors:
-            actor.use_policy(self._acting(agent) or agent)
+        for actor, agent, capture in self._actors:
+            actor.use_policy(self._acting(agent, capture) or agent)
 
-    def _acting(self, agent: nn.Module) -> CompiledActing | None:
-        """``agent``'s compiled acting step (one per agent, kept) while compiling, else None."""
-        if not self.compiling:
-            return None
-        if id(agent) not in self._compiled_acting:
-            self._compiled_acting[id(agent)] = compiled_acting(agent)
-        return self._compiled_acting[id(agent)]
+    def _acting(self, agent: nn.Module, capture: bool = False) -> CompiledActing | None:
+        """``agent``'s acting program (one per agent and choice, kept): captured on CUDA when
+        ``capture``, compiled while compiling, else None (the agent itself)."""
+        key = (id(agent), capture, self.compiling)
+        if key not in self._compiled_acting:
+            program = captured_acting(agent, self.compiling) if capture else None
+            if program is None and self.compiling:
+                program = compiled_acting(agent)
+            self._compiled_acting[key] = program
+        return self._compiled_acting[key]
 
 
 def draws_random(model: nn.Module) -> bool:

@@ -1,21 +1,24 @@
-"""An agent's acting step compiled from outside the agent.
+"""An agent's acting step compiled (or captured in a CUDA graph) from outside the agent.
 
 An agent whose backbone step is a pure function of tensors (``agent.compilable_step``: the
 transformer stacks) offers the step in three pieces: ``begin_step(state, done)`` (resets
 and reads of the cache, eager), ``act_outputs(obs, deterministic, *inputs)`` (the math, a
 pure function) and ``end_step(state, outputs)`` (the cache writes, eager).
-:class:`CompiledActing` runs the middle piece through
-:class:`~rltrans.accel.compile.AheadOfTime` and is otherwise the agent itself, so the
-runtime can act through either; the agent holds no compiled program.
+:class:`CompiledActing` runs the middle piece through a program (by default
+:class:`~rltrans.accel.compile.AheadOfTime`; on the device rollout's CUDA path, that or the
+eager step captured by :class:`~rltrans.accel.capture.Captured`) and is otherwise the agent
+itself, so the runtime can act through either; the agent holds no compiled program.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from rltrans.accel.capture import Captured
 from rltrans.accel.compile import AheadOfTime
 from rltrans.types import ActOutput
 
@@ -23,11 +26,11 @@ from rltrans.types import ActOutput
 class CompiledActing:
     """``agent`` acting through its compiled step; every other attribute is the agent's."""
 
-    def __init__(self, agent: nn.Module) -> None:
+    def __init__(self, agent: nn.Module, program: Callable | None = None) -> None:
         if not getattr(agent, "compilable_step", False):
             raise ValueError(f"{type(agent).__name__} has no compilable acting step")
         self.agent = agent
-        self.program = AheadOfTime(agent.act_outputs, agent)
+        self.program = program if program is not None else AheadOfTime(agent.act_outputs, agent)
 
     @torch.no_grad()
     def act(
@@ -53,3 +56,12 @@ class CompiledActing:
 def compiled_acting(agent: nn.Module) -> CompiledActing | None:
     """The agent acting through its compiled step, or None if its step cannot compile."""
     return CompiledActing(agent) if getattr(agent, "compilable_step", False) else None
+
+
+def captured_acting(agent: nn.Module, compiled: bool) -> CompiledActing | None:
+    """On CUDA, the agent acting through its step (``compiled``: the compiled one) replayed
+    from a CUDA graph; None off CUDA or where the step is not a pure function."""
+    if not getattr(agent, "compilable_step", False) or agent.device.type != "cuda":
+        return None
+    program = AheadOfTime(agent.act_outputs, agent) if compiled else agent.act_outputs
+    return CompiledActing(agent, Captured(program, owner=agent))

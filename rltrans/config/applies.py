@@ -82,6 +82,8 @@ RULES: dict[str, Rule] = {
     "train_steps": _OFFLINE,
     "dataset": _OFFLINE,
     "dataset_kind": _OFFLINE,
+    # PPO's own rollout (IMPALA's actors step their envs through the generic loop)
+    "rollout": Rule("algo.kind", ("online",)),
     # where IMPALA's actors run: the group and every key below it
     "runtime": Rule("algo.kind", ("impala",)),
 }

@@ -56,6 +56,7 @@ def _train_specs() -> dict[str, Spec]:
 
 def _run_specs() -> dict[str, Spec]:
     """train.yaml's own keys."""
+    from rltrans.accel.rollout import ROLLOUTS
     from rltrans.envs.offline import DATASET_KINDS
 
     return {
@@ -70,6 +71,7 @@ def _run_specs() -> dict[str, Spec]:
         "keep_checkpoints": POSITIVE,  # CheckpointManager needs keep_last >= 1
         "torch_threads": THREADS,
         "compile": replace(BOOL, default_words=("auto",)),
+        "rollout": choice(ROLLOUTS),
     }
 
 

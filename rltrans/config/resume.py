@@ -32,6 +32,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "progress",
     "device",
     "torch_threads",
+    "rollout",
     "trust_env_code",
     "resume",
     "run_dir",

@@ -4,8 +4,10 @@ An actor fills a :class:`~rltrans.buffers.rollout.RolloutBuffer` with T steps of
 the initial memory of each training segment, and the version of the policy that acted
 (``buffer.policy_version``); a learner consumes buffers and knows no env and no process.
 :class:`LocalActor` steps its envs in this process through the one acting loop
-(:class:`~rltrans.runtime.episodes.EpisodeLoop`): it is PPO's actor and the debugging mode
-of every learner. A truncated episode bootstraps from V(final obs) computed with the memory
+(:class:`~rltrans.runtime.episodes.EpisodeLoop`), or for a torch-native env through the
+device rollout (:class:`~rltrans.accel.rollout.DeviceRollout`, ``rollout=auto``), which keeps
+the loop's observations, dones and memory: it is PPO's actor and the debugging mode of every
+learner. A truncated episode bootstraps from V(final obs) computed with the memory
 of the episode that just ended (``peek_value``).
 """
 
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 import torch
 from gymnasium.vector import VectorEnv
 
+from rltrans.accel.rollout import DeviceRollout
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.runtime.episodes import EpisodeLoop
 
@@ -85,10 +88,12 @@ class LocalActor:
         seed: int,
         device,
         reward_scaler: RewardScaler | None = None,
+        rollout: DeviceRollout | None = None,
     ) -> None:
         self.agent, self.reward_scaler = agent, reward_scaler
         self.loop = EpisodeLoop(envs, agent, seed=seed, device=device)
         self.policy_version = 0
+        self.rollout = rollout  # the device rollout of a torch-native env, else None
 
     def use_policy(self, policy: Any) -> None:
         """Act through ``policy``: the agent itself or a wrapper of it with the same acting
@@ -117,6 +122,12 @@ class LocalActor:
     def collect(self, buffer: RolloutBuffer, on_info=None) -> None:
         """Fill ``buffer`` with T steps of all envs; ``on_info(info)`` sees every step's info."""
         loop, agent = self.loop, self.agent
+        if self.rollout is not None:
+            buffer.policy_version = self.policy_version
+            self.rollout.collect(
+                loop, agent, buffer, reward_scaler=self.reward_scaler, on_info=on_info
+            )
+            return
         # The weights may have changed since the last rollout: re-derive what the acting
         # state caches from them, so acting and the learner's replay agree exactly.
         loop.state = agent.refresh_state(loop.state)

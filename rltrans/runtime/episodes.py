@@ -2,10 +2,12 @@
 
 Training rollouts (PPO, and the actors of later learners), evaluation with per-env episode
 quotas (every Decision Transformer target in one vector pass), dataset collection and video
-recording all step their envs through :class:`EpisodeLoop`; nothing else in rltrans calls
-``envs.step``. The policy is anything with the acting interface of
-:class:`rltrans.types.ActingPolicy`: ``initial_state(n)``, ``act(obs, state, done,
-deterministic=) -> (ActOutput, state)`` and ``observe(state, reward) -> state``.
+recording all step their envs through :class:`EpisodeLoop`; the one other caller of
+``envs.step`` is PPO's device rollout of a torch-native env
+(:class:`rltrans.accel.rollout.DeviceRollout`), tested to give this loop's rollout. The
+policy is anything with the acting interface of :class:`rltrans.types.ActingPolicy`:
+``initial_state(n)``, ``act(obs, state, done, deterministic=) -> (ActOutput, state)`` and
+``observe(state, reward) -> state``.
 
 Conventions (Gymnasium 1.x, SAME_STEP autoreset everywhere in rltrans): when env i ends at
 step t, the returned obs[i] is already the first observation of its next episode and

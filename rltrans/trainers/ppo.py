@@ -18,7 +18,9 @@ import time
 from typing import Any
 
 from rltrans.accel import Accel, draws_random
+from rltrans.accel.rollout import DeviceRollout, device_rollout_fits
 from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.config import ConfigError
 from rltrans.config.plan import RunPlan
 from rltrans.envs import make_env
 from rltrans.learners import PPOLearner
@@ -68,11 +70,17 @@ class PPOTrainer(OnlineTrainer):
         )
         self.state.load_state_dict(run.resumed_payload or {})
         self.choice.set_updates_left(updates - self.state.update)
+        rollout = device_rollout(cfg.get("rollout", "auto"), envs)
         self.actor = LocalActor(
-            envs, agent, seed=cfg.seed + self.state.update, device=device, reward_scaler=scaler
+            envs,
+            agent,
+            seed=cfg.seed + self.state.update,
+            device=device,
+            reward_scaler=scaler,
+            rollout=rollout,
         )
         self.actor.loop.threads = tuners.get("acting step")
-        accel.act_through(self.actor, agent)
+        accel.act_through(self.actor, agent, capture=rollout is not None)
         self.actor.set_policy_version(self.state.update)
 
     def update(self) -> None:
@@ -123,6 +131,18 @@ class PPOTrainer(OnlineTrainer):
         for part in ("envs", "evaluation"):
             if hasattr(self, part):
                 getattr(self, part).close()
+
+
+def device_rollout(setting: str, envs: Any) -> DeviceRollout | None:
+    """The device rollout ``rollout`` asks for with ``envs`` (None: the generic loop)."""
+    if setting == "generic" or (setting == "auto" and not device_rollout_fits(envs)):
+        return None
+    if not device_rollout_fits(envs):
+        raise ConfigError(
+            f"rollout=device needs a torch-native env (env.kind=torch), got "
+            f"{type(envs.unwrapped).__name__}; valid here: rollout=auto or rollout=generic"
+        )
+    return DeviceRollout(envs)
 
 
 def train_ppo(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
