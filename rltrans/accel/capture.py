@@ -14,7 +14,9 @@ replay advances its offset). Parameters are read where they live, so optimiser s
 ``load_state_dict`` (both in place) show in the next replay without a new capture.
 
 Where CUDA graphs are not available (a CPU tensor, no CUDA build), :class:`Captured` calls
-``fn`` itself: the same numbers, the same code path above it, tested on the CPU.
+``fn`` itself: the same numbers, the same code path above it, tested on the CPU. Where
+recording fails (an op that reads a value on the host), it says so once on stderr and calls
+``fn`` for that signature from then on.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rltrans.accel.compile import _flatten, _unflatten
+from rltrans.accel.compile import _flatten, _report, _unflatten
 from rltrans.accel.static import static_modules, static_paths
 
 WARMUP = 3  # eager calls on a side stream before capture (lazy inits, autotuning)
@@ -39,7 +41,9 @@ class Captured:
     ) -> None:
         self.fn, self.warmup = fn, warmup
         self.modules = static_modules(owner) if owner is not None else []
-        self.graphs: dict[tuple, tuple[Any, list[torch.Tensor], Any]] = {}
+        # per input signature: (graph, static inputs, static outputs), or None where the
+        # recording failed (that signature then runs eagerly)
+        self.graphs: dict[tuple, tuple[Any, list[torch.Tensor], Any] | None] = {}
 
     def __call__(self, *args: Any) -> Any:
         """``fn(*args)``: replayed where the inputs are CUDA tensors, else called."""
@@ -50,7 +54,16 @@ class Captured:
         key = (spec, *((t.shape, t.dtype, t.device, t.stride()) for t in leaves))
         entry = self.graphs.get(key)
         if entry is None:
-            entry = self.graphs[key] = self._capture(spec, leaves)
+            try:
+                entry = self._capture(spec, leaves)
+            except RuntimeError as err:  # an op that cannot be recorded: run eagerly
+                entry = None
+                first = (str(err).strip().splitlines() or [""])[0]
+                _report(f"rollout: the acting step cannot be replayed from a CUDA graph "
+                        f"({first[:200]}); it runs eagerly")  # fmt: skip
+            self.graphs[key] = entry
+        if entry is None:
+            return self.fn(*args)
         graph, static, out = entry
         for slot, value in zip(static, leaves, strict=True):
             if slot.data_ptr() != value.data_ptr():

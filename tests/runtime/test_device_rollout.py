@@ -161,3 +161,12 @@ def test_capture_replays_what_eager_computes_on_cuda():
         lin.weight.mul_(2)  # in place, as an optimiser step: the replay reads it
     x = torch.randn(4, 3, device="cuda")
     torch.testing.assert_close(captured(x), lin(x).tanh())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_capture_that_cannot_record_runs_eagerly_on_cuda(capsys):
+    captured = Captured(lambda x: x * float(x.sum().item()))  # a host read: not recordable
+    x = torch.ones(3, device="cuda")
+    torch.testing.assert_close(captured(x), x * 3.0)
+    assert list(captured.graphs.values()) == [None]
+    assert "runs eagerly" in capsys.readouterr().err
