@@ -36,10 +36,10 @@ ROLLOUTS = ("auto", "device", "generic")  # the choices of train.yaml's ``rollou
 
 
 def can_truncate(envs: Any) -> bool:
-    """Whether a torch-native env can ever truncate an episode: it has a time limit that an
-    episode can reach before the task ends it."""
-    limit, own_end = envs.max_episode_steps, envs.episode_limit
-    return limit is not None and (own_end is None or limit <= own_end)
+    """Whether a torch-native env can ever truncate an episode: it has a truncation limit, and
+    that limit is its time limit (no episode of the task ends itself before it)."""
+    limit = envs.max_episode_steps
+    return limit is not None and envs.time_limit == limit
 
 
 def device_rollout_fits(envs: Any) -> bool:

@@ -74,10 +74,10 @@ def test_device_rollout_equals_the_generic_loop(env, kwargs, backbone):
 def test_can_truncate_reads_the_time_limit_against_the_tasks_own_end():
     assert can_truncate(make_torch_env("tmaze", 2, length=6, max_episode_steps=7))
     assert not can_truncate(make_torch_env("repeat_first", 2, length=5))
-    facts = lambda limit, own_end: SimpleNamespace(max_episode_steps=limit, episode_limit=own_end)  # noqa: E731
+    facts = lambda limit, most: SimpleNamespace(max_episode_steps=limit, time_limit=most)  # noqa: E731
     assert not can_truncate(facts(50, 6))  # the task ends every episode first
-    assert can_truncate(facts(6, 6))  # truncated and terminated together at the last step
-    assert can_truncate(facts(3, 6))
+    assert can_truncate(facts(6, 6))  # truncated (and perhaps terminated) at the last step
+    assert not can_truncate(facts(None, 6))
 
 
 def test_host_stats_reads_each_step_back_as_numpy():
