@@ -155,3 +155,46 @@ def test_models_with_dropout_are_never_split_into_streams(backbone):
             dim=16, heads=2, memory=4, **DEPTH.get(backbone, {"layers": 1}), **kwargs,
         )  # fmt: skip
         assert draws_random(agent), kwargs
+
+
+def test_a_minibatch_out_of_device_memory_is_retried_in_parts(monkeypatch, capsys):
+    """A loss that runs out of device memory above 6 segments: the minibatch of 18 segments
+    is retried in 2 parts (9 segments each), then in 6 (the first divisor of 18 from twice
+    2), and the step equals the whole minibatch's."""
+    agent, buffer = rollout("gtrxl")
+    ppo = PPOConfig(**{**PPO, "epochs": 1, "num_minibatches": 2}, lr=1e-3)
+    results = {}
+    for name in ("whole", "short of memory"):
+        model = copy.deepcopy(agent)
+        learner = PPOLearner(model, ppo, total_updates=2, accel=Accel())
+        if name != "whole":
+            plain = learner.minibatch_loss
+
+            def limited(batch, plain=plain):
+                if batch.mask.shape[0] > 6:
+                    raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+                return plain(batch)
+
+            monkeypatch.setattr(learner, "minibatch_loss", limited)
+        learner.update(buffer, torch.Generator().manual_seed(3))
+        results[name] = (model, learner.accel.min_parts)
+    (whole, _), (retried, parts) = results["whole"], results["short of memory"]
+    assert parts == 6  # 18 segments: 1 -> 2 (9 each) -> 6 (3 each), kept for the next one
+    for (name, a), b in zip(whole.named_parameters(), retried.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5, msg=name)
+    err = capsys.readouterr().err
+    assert "out of device memory on a minibatch of 18 segments in 1 part(s)" in err
+    assert "now computed in 2 parts" in err and "now computed in 6 parts" in err
+
+
+def test_a_single_segment_out_of_device_memory_is_not_hidden():
+    agent, buffer = rollout("gtrxl")
+    learner = PPOLearner(agent, PPOConfig(**PPO, lr=1e-3), total_updates=1, accel=Accel())
+
+    def always(batch):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    learner.minibatch_loss = always
+    batch = next(buffer.minibatches(36))  # one segment
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        learner.accel.gradient(learner.minibatch_loss, batch, learner)

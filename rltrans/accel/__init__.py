@@ -30,7 +30,7 @@ from torch import nn
 
 from rltrans import distributed
 from rltrans.accel.acting import CompiledActing, captured_acting, compiled_acting
-from rltrans.accel.chunks import LossFn, Parts, part_count
+from rltrans.accel.chunks import LossFn, Parts, more_parts, part_count
 from rltrans.accel.compile import AheadOfTime, AutoCompile, _report, compiled
 from rltrans.accel.flat import FlatParameters, PerTensor, trainable
 from rltrans.accel.threads import AUTO, Plan, ThreadTuner, set_threads, tuned
@@ -58,6 +58,7 @@ class Accel:
         self.compiling = False
         self._programs: dict[Any, Callable] = {}
         self._parts = Parts()
+        self.min_parts = 1  # raised when a minibatch runs out of device memory
         self._actors: list[tuple[Any, nn.Module, bool]] = []
         self._compiled_acting: dict[tuple[int, bool, bool], CompiledActing | None] = {}
 
@@ -93,14 +94,30 @@ class Accel:
         its ``backward`` / ``gradients`` / ``add_gradients``), whole or in parts; returns the
         metrics and per-token aux values of the whole minibatch."""
         plan = self.threads.plan if self.threads is not None else None
-        return self._parts.accumulate(
-            self.program(loss_fn, learner.device_type, owner=learner.model),
-            batch,
-            learner,
-            count=part_count(batch, self.chunk_bytes),
-            streams=plan.streams if plan is not None else 1,
-            threads=plan.threads if plan is not None else 1,
-        )
+        while True:
+            count = max(part_count(batch, self.chunk_bytes), self.min_parts)
+            try:
+                return self._parts.accumulate(
+                    self.program(loss_fn, learner.device_type, owner=learner.model),
+                    batch,
+                    learner,
+                    count=count,
+                    streams=plan.streams if plan is not None else 1,
+                    threads=plan.threads if plan is not None else 1,
+                )
+            except torch.cuda.OutOfMemoryError:
+                size = batch.mask.shape[0]
+                if count >= size:  # one segment per part already: nothing left to split
+                    raise
+            # Out of the handler, so the failed attempt's tensors are freed before the retry.
+            self.min_parts = more_parts(size, count)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            _report(
+                f"out of device memory on a minibatch of {size} segments in {count} part(s): "
+                f"its gradient is now computed in {self.min_parts} parts (the same gradient; "
+                f"algo.chunk_obs_mb sets parts from the start)"
+            )
 
     @property
     def trialing_threads(self) -> bool:

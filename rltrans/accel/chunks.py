@@ -59,6 +59,12 @@ def part_count(batch: Any, chunk_bytes: float | None) -> int:
     return next(d for d in range(need, size + 1) if size % d == 0)
 
 
+def more_parts(size: int, count: int) -> int:
+    """The fewest parts above ``count`` that split ``size`` segments equally, at least twice
+    as many (at most ``size``, one segment each)."""
+    return next(d for d in range(min(2 * count, size), size + 1) if size % d == 0)
+
+
 class Parts:
     """Runs a minibatch's loss and gradient in parts (see the module docstring)."""
 
