@@ -128,6 +128,11 @@ def test_a_run_trains_the_same_weights_either_way(tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+    # a speed setting: a resumed run may change it
+    resumed = rltrans.learn(rltrans.plan(
+        "resume=true", f"run_dir={tmp_path / 'generic'}", "rollout=device", "total_steps=192"
+    ))  # fmt: skip
+    assert resumed["status"] == "finished" and resumed["global_step"] == 192
 
 
 def test_capture_runs_the_function_itself_off_cuda():
