@@ -31,6 +31,7 @@ from torch import Tensor
 
 from rltrans.accel.threads import tuned
 from rltrans.envs import is_torch_env
+from rltrans.types import tree_map, tree_stack
 
 ROLLOUTS = ("auto", "device", "generic")  # the choices of train.yaml's ``rollout``
 
@@ -115,25 +116,8 @@ def host_stats(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rollout instead of one per step)."""
     if not steps:
         return []
-    flat: dict[str, Tensor] = {}
-    for key, value in steps[0].items():
-        if isinstance(value, dict):
-            for sub in value:
-                flat[f"{key}/{sub}"] = torch.stack([s[key][sub] for s in steps])
-        else:
-            flat[key] = torch.stack([s[key] for s in steps])
-    host = {k: v.cpu().numpy() for k, v in flat.items()}
-    out = []
-    for t in range(len(steps)):
-        info: dict[str, Any] = {}
-        for k, v in host.items():
-            key, _, sub = k.partition("/")
-            if sub:
-                info.setdefault(key, {})[sub] = v[t]
-            else:
-                info[key] = v[t]
-        out.append(info)
-    return out
+    host = tree_map(lambda x: x.cpu(), tree_stack(steps))  # (T, N) per key
+    return [tree_map(lambda x, t=t: x[t].numpy(), host) for t in range(len(steps))]
 
 
 __all__ = [
