@@ -136,6 +136,54 @@ def test_minibatches_are_steps_on_random_disjoint_sets_of_envs():
         too_many.update([rollout.buffer], [rollout.bootstrap_value])
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"normalize_advantages": True, "clip_coef": 0.2, "optimizer": "adam"}],
+    ids=["paper", "normalised, clipped"],
+)
+def test_a_batch_out_of_device_memory_is_retried_in_parts(changes, monkeypatch, capsys):
+    """A loss that runs out of device memory above one rollout: the batch of 4 rollouts is
+    retried in 2 parts, then in 4, and the step and its metrics equal the whole batch's
+    (normalised advantages take the whole batch's mean and std, not each part's)."""
+    agent, twin, rollout = twin_agents_and_a_rollout()
+    settings = impala_settings(lr=3e-3, **changes)
+    whole = ImpalaLearner(twin, settings, total_updates=4)
+    short = ImpalaLearner(agent, settings, total_updates=4)
+    plain = short.batch_loss
+
+    def limited(batch, *args):
+        if batch["rewards"].shape[1] > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return plain(batch, *args)
+
+    monkeypatch.setattr(short, "batch_loss", limited)
+    args = ([rollout.buffer], [rollout.bootstrap_value])
+    expected, got = whole.update(*args), short.update(*args)
+    for key, value in agent.state_dict().items():
+        torch.testing.assert_close(value, twin.state_dict()[key], rtol=1e-5, atol=1e-6, msg=key)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], rtol=1e-5, atol=1e-6, msg=key)
+    assert short.accel.min_parts == 4
+    err = capsys.readouterr().err
+    assert "out of device memory on a minibatch of 4 rollouts in 1 part(s)" in err
+    assert "now computed in 2 parts" in err and "now computed in 4 parts" in err
+    assert "algo.num_minibatches" in err
+
+
+def test_one_rollout_out_of_device_memory_is_not_hidden(monkeypatch):
+    """A batch that does not fit even one rollout per part raises the error itself."""
+    agent, _, rollout = twin_agents_and_a_rollout()
+    learner = ImpalaLearner(agent, impala_settings(lr=1e-3), total_updates=1)
+
+    def always(*args):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(learner, "batch_loss", always)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        learner.update([rollout.buffer], [rollout.bootstrap_value])
+
+
 def reference_update(agent, rollout, cfg, lr, max_grad_norm):
     """One IMPALA step computed naively: per env, per step forwards of the memoryless agent,
     a literal V-trace loop (Espeholt et al. 2018, eq. 1 and section 4.2) and a plain

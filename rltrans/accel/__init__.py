@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -35,6 +35,8 @@ from rltrans.accel.compile import AheadOfTime, AutoCompile, _report, compiled
 from rltrans.accel.flat import FlatParameters, PerTensor, trainable
 from rltrans.accel.threads import AUTO, Plan, ThreadTuner, set_threads, tuned
 from rltrans.core.dropout import Dropout
+
+T = TypeVar("T")
 
 __all__ = [
     "AUTO", "Accel", "AheadOfTime", "AutoCompile", "CompiledActing", "Plan", "ThreadTuner",
@@ -94,29 +96,44 @@ class Accel:
         its ``backward`` / ``gradients`` / ``add_gradients``), whole or in parts; returns the
         metrics and per-token aux values of the whole minibatch."""
         plan = self.threads.plan if self.threads is not None else None
+        least = part_count(batch, self.chunk_bytes)
+        return self.fitting(
+            lambda count: self._parts.accumulate(
+                self.program(loss_fn, learner.device_type, owner=learner.model),
+                batch,
+                learner,
+                count=count,
+                streams=plan.streams if plan is not None else 1,
+                threads=plan.threads if plan is not None else 1,
+            ),
+            size=batch.mask.shape[0],
+            least=least,
+            what="segments",
+            hint="algo.chunk_obs_mb sets parts from the start",
+        )
+
+    def fitting(
+        self, attempt: Callable[[int], T], *, size: int, least: int = 1, what: str, hint: str
+    ) -> T:
+        """``attempt(count)`` for a batch of ``size`` ``what`` split into ``count`` parts (at
+        least ``least`` and :attr:`min_parts`); on running out of device memory, again with
+        more parts, which later batches keep (saying so, with ``hint``). One item per part
+        that does not fit raises."""
         while True:
-            count = max(part_count(batch, self.chunk_bytes), self.min_parts)
+            count = min(max(least, self.min_parts), size)
             try:
-                return self._parts.accumulate(
-                    self.program(loss_fn, learner.device_type, owner=learner.model),
-                    batch,
-                    learner,
-                    count=count,
-                    streams=plan.streams if plan is not None else 1,
-                    threads=plan.threads if plan is not None else 1,
-                )
+                return attempt(count)
             except torch.cuda.OutOfMemoryError:
-                size = batch.mask.shape[0]
-                if count >= size:  # one segment per part already: nothing left to split
+                if count >= size:  # one item per part already: nothing left to split
                     raise
             # Out of the handler, so the failed attempt's tensors are freed before the retry.
             self.min_parts = more_parts(size, count)
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             _report(
-                f"out of device memory on a minibatch of {size} segments in {count} part(s): "
+                f"out of device memory on a minibatch of {size} {what} in {count} part(s): "
                 f"its gradient is now computed in {self.min_parts} parts (the same gradient; "
-                f"algo.chunk_obs_mb sets parts from the start)"
+                f"{hint})"
             )
 
     @property

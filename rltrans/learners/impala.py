@@ -11,9 +11,12 @@ from rltrans.accel import Accel
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.learners.base import Learner, fold_aux
 from rltrans.learners.settings import ImpalaConfig
-from rltrans.losses.impala import impala_loss
+from rltrans.losses.impala import impala_loss, impala_targets
+from rltrans.losses.ppo import moments as standard_moments
 from rltrans.returns import next_values_from
 from rltrans.types import Aux, Segment, tree_map, tree_stack
+
+TARGET_KEYS = ("gamma", "rho_bar", "c_bar", "pg_rho_bar", "lam", "clip_coef")  # of loss_kwargs
 
 
 class ImpalaLearner(Learner):
@@ -115,10 +118,15 @@ class ImpalaLearner(Learner):
         return log_prob, entropy, value, aux
 
     def batch_loss(
-        self, batch: dict[str, Any], segment_length: int, bootstrap: Tensor
+        self,
+        batch: dict[str, Any],
+        segment_length: int,
+        bootstrap: Tensor,
+        moments: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, dict[str, Tensor], Aux]:
         """Replay every segment, then the IMPALA loss over the whole (T, N) batch: V-trace
-        runs over all T steps; gradients flow only within a segment."""
+        runs over all T steps; gradients flow only within a segment. ``moments``: the
+        advantages' mean and std over the batch this one is a part of."""
         log_prob, entropy, value, aux = self.replay(batch, segment_length)
         next_values = next_values_from(
             value.detach(), bootstrap, batch["truncated"], batch["final_values"]
@@ -132,6 +140,7 @@ class ImpalaLearner(Learner):
             batch["rewards"],
             batch["terminated"],
             batch["truncated"],
+            advantage_moments=moments,
             **self.loss_kwargs,
         )
         with torch.no_grad():  # k3 estimate of KL(behaviour || target), as PPO reports it
@@ -139,6 +148,55 @@ class ImpalaLearner(Learner):
             metrics["approx_kl"] = ((log_rho.exp() - 1.0) - log_rho).mean()
         loss, per_token = fold_aux(loss, metrics, aux)
         return loss, metrics, per_token
+
+    def gradient(
+        self, batch: dict[str, Any], segment_length: int, bootstrap: Tensor, count: int
+    ) -> tuple[dict[str, Tensor], Aux]:
+        """The gradient of :meth:`batch_loss` into the parameters, computed over ``count``
+        parts of the batch's rollouts (the same gradient: each part's loss weighs by its share
+        of the rollouts, and normalised advantages use the whole batch's moments); returns the
+        whole batch's metrics and per-token aux."""
+        loss_fn = self.accel.program(self.batch_loss, owner=self.model)
+        if count == 1:
+            loss, metrics, aux = loss_fn(batch, segment_length, bootstrap)
+            self.backward(loss, first=True)
+            return metrics, aux
+        envs = bootstrap.numel()
+        parts = [
+            (self.select_envs(batch, index), bootstrap[index])
+            for index in torch.arange(envs, device=bootstrap.device).tensor_split(count)
+        ]
+        moments = None
+        if self.impala.normalize_advantages:
+            advantages = torch.cat([self.advantages(*p, segment_length) for p in parts], dim=1)
+            moments = standard_moments(advantages, None)
+        totals: dict[str, Tensor] = {}
+        auxes: list[Aux] = []
+        for k, (part, part_bootstrap) in enumerate(parts):
+            share = part_bootstrap.numel() / envs
+            loss, metrics, aux = loss_fn(part, segment_length, part_bootstrap, moments)
+            self.backward(loss * share, first=k == 0)
+            for name, value in metrics.items():
+                totals[name] = totals.get(name, 0.0) + value.detach() * share
+            auxes.append(aux)
+        return totals, {name: torch.cat([a[name].reshape(-1) for a in auxes]) for name in auxes[0]}
+
+    @torch.no_grad()
+    def advantages(self, batch: dict[str, Any], bootstrap: Tensor, segment_length: int) -> Tensor:
+        """The advantages (T, N) that :meth:`batch_loss` weighs its policy term by, without
+        gradients (to standardise them over a batch whose loss runs in parts)."""
+        log_prob, _, value, _ = self.replay(batch, segment_length)
+        next_values = next_values_from(value, bootstrap, batch["truncated"], batch["final_values"])
+        _, advantages = impala_targets(
+            log_prob - batch["log_probs"],
+            batch["rewards"],
+            value,
+            next_values,
+            batch["terminated"],
+            batch["truncated"],
+            **{k: self.loss_kwargs[k] for k in TARGET_KEYS},
+        )
+        return advantages
 
     @staticmethod
     def select_envs(batch: dict[str, Any], index: Tensor) -> dict[str, Any]:
@@ -174,9 +232,15 @@ class ImpalaLearner(Learner):
                 ]
             for part, part_bootstrap in parts:
                 with self.accel.step():
-                    loss_fn = self.accel.program(self.batch_loss, owner=self.model)
-                    loss, metrics, aux = loss_fn(part, buffers[0].segment_length, part_bootstrap)
-                    metrics["grad_norm"] = self.step(loss)
+                    metrics, aux = self.accel.fitting(
+                        lambda count, p=part, b=part_bootstrap: self.gradient(
+                            p, buffers[0].segment_length, b, count
+                        ),
+                        size=part_bootstrap.numel(),
+                        what="rollouts",
+                        hint="a larger algo.num_minibatches makes smaller ones from the start",
+                    )
+                    metrics["grad_norm"] = self.apply_gradients()
                 if first is None:
                     first, first_aux = metrics, aux
         self.end_update()

@@ -6,9 +6,9 @@ import torch
 from torch import Tensor
 
 from rltrans.losses.ppo import clipped_surrogate, keep_valid, masked_mean, standardize
-from rltrans.returns import vtrace
+from rltrans.returns import VTraceReturns, vtrace
 
-__all__ = ["impala_loss"]
+__all__ = ["impala_loss", "impala_targets"]
 
 
 def impala_loss(
@@ -32,6 +32,7 @@ def impala_loss(
     min_advantage_std: float = 0.0,
     clip_coef: float | None = None,
     mask: Tensor | None = None,
+    advantage_moments: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """IMPALA loss = policy + vf_coef * value - ent_coef * entropy; all inputs time-major (T, N).
 
@@ -42,7 +43,8 @@ def impala_loss(
     ``mask`` (True = valid) drops steps from the means; masked steps must come after an
     episode end (padding), because they still lie on the V-trace recursion of earlier steps.
     ``normalize_advantages`` standardises the policy-gradient advantages over the batch (as
-    PPO does per minibatch; not in the paper), dividing by max(std, ``min_advantage_std``).
+    PPO does per minibatch; not in the paper), dividing by max(std, ``min_advantage_std``);
+    ``advantage_moments`` gives that mean and std when these inputs are a part of the batch.
     ``clip_coef`` replaces the policy term with PPO's clipped surrogate over the ratio
     r = pi/mu and the unweighted advantages q_s - V(x_s) (as APPO does; not in the paper):
     the same gradient as the paper's while r <= pg_rho_bar and r is inside the clip range,
@@ -56,24 +58,23 @@ def impala_loss(
     values = keep_valid(values, mask)
     entropy = keep_valid(entropy, mask)
 
-    with torch.no_grad():
-        targets = vtrace(
-            log_rhos,
-            keep_valid(rewards, mask),
-            values.detach(),
-            keep_valid(next_values.detach(), mask),
-            terminated,
-            truncated,
-            gamma,
-            rho_bar=rho_bar,
-            c_bar=c_bar,
-            pg_rho_bar=pg_rho_bar,
-            lam=lam,
-        )
-
-    advantages = targets.pg_advantages if clip_coef is None else targets.advantages
+    targets, advantages = impala_targets(
+        log_rhos,
+        rewards,
+        values,
+        next_values,
+        terminated,
+        truncated,
+        gamma=gamma,
+        rho_bar=rho_bar,
+        c_bar=c_bar,
+        pg_rho_bar=pg_rho_bar,
+        lam=lam,
+        clip_coef=clip_coef,
+        mask=mask,
+    )
     if normalize_advantages:
-        advantages = standardize(advantages, mask, min_advantage_std)
+        advantages = standardize(advantages, mask, min_advantage_std, advantage_moments)
     # Means instead of the paper's sums, so coefficients do not scale with T * N.
     if clip_coef is None:
         policy_loss = masked_mean(-advantages * target_log_prob, mask)
@@ -86,6 +87,41 @@ def impala_loss(
 
     terms = {"policy": policy_loss, "value": value_loss, "entropy": entropy_mean}
     return loss, _metrics(terms, log_rhos, rho_bar, clip_coef, mask)
+
+
+@torch.no_grad()
+def impala_targets(
+    log_rhos: Tensor,
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    *,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    pg_rho_bar: float | None = None,
+    lam: float = 1.0,
+    clip_coef: float | None = None,
+    mask: Tensor | None = None,
+) -> tuple[VTraceReturns, Tensor]:
+    """The V-trace targets of :func:`impala_loss` and the advantages its policy term weighs
+    (the paper's rho-weighted ones, or with ``clip_coef`` the unweighted ones), stop-gradient."""
+    targets = vtrace(
+        log_rhos.detach(),
+        keep_valid(rewards, mask),
+        values.detach(),
+        keep_valid(next_values.detach(), mask),
+        terminated,
+        truncated,
+        gamma,
+        rho_bar=rho_bar,
+        c_bar=c_bar,
+        pg_rho_bar=pg_rho_bar,
+        lam=lam,
+    )
+    return targets, targets.pg_advantages if clip_coef is None else targets.advantages
 
 
 @torch.no_grad()

@@ -33,9 +33,8 @@ def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return torch.where(m, x, torch.zeros_like(x)).sum() / m.sum().clamp_min(1).to(x.dtype)
 
 
-def standardize(advantages: Tensor, mask: Tensor | None, min_std: float = 0.0) -> Tensor:
-    """Standardise advantages with the mean and unbiased std of the valid entries only; the
-    std is taken as at least ``min_std``, so near-zero advantages are not scaled up to 1."""
+def moments(advantages: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The mean and unbiased std of the valid entries of ``advantages``."""
     mean = masked_mean(advantages, mask)
     n = advantages.numel() if mask is None else mask.bool().sum()
     centred = keep_valid(advantages - mean, mask)
@@ -43,7 +42,20 @@ def standardize(advantages: Tensor, mask: Tensor | None, min_std: float = 0.0) -
     var = centred.pow(2).sum() / (
         torch.as_tensor(n - 1, dtype=advantages.dtype, device=advantages.device)
     ).clamp_min(1)
-    return (advantages - mean) / (var.sqrt().clamp_min(min_std) + 1e-8)
+    return mean, var.sqrt()
+
+
+def standardize(
+    advantages: Tensor,
+    mask: Tensor | None,
+    min_std: float = 0.0,
+    given: tuple[Tensor, Tensor] | None = None,
+) -> Tensor:
+    """Standardise advantages with the mean and unbiased std of the valid entries only (or
+    the ``given`` ones, of a batch this is a part of); the std is taken as at least
+    ``min_std``, so near-zero advantages are not scaled up to 1."""
+    mean, std = moments(advantages, mask) if given is None else given
+    return (advantages - mean) / (std.clamp_min(min_std) + 1e-8)
 
 
 def clipped_surrogate(
