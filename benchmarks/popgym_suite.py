@@ -29,6 +29,13 @@ of the deterministic evaluations during training, mean and range over seeds, a p
     python benchmarks/memory_suite.py --suite popgym            # Easy and Medium, 3 seeds
     python benchmarks/memory_suite.py --suite popgym --levels medium \
         --envs RepeatFirst CountRecall --seeds 3 --twins --jobs 2
+
+``--speed`` runs no grid: it times both agents' whole PPO updates (rollout, advantages,
+learning) on each chosen env at their defaults, their short runs alternating in one process
+over ``--rounds`` rounds, and writes the median SPS and the ratio per round to ``speed.md``.
+
+    python benchmarks/memory_suite.py --suite popgym --speed --levels easy medium \
+        --envs RepeatFirst PositionOnlyCartPole
 """
 
 from __future__ import annotations
@@ -436,6 +443,60 @@ def draw(
     fig.savefig(out / "curves.png", dpi=110)
 
 
+def update_sps(train: list[str], updates: int) -> float:
+    """Env steps per second of wall time of one run of ``train`` in this process: the steps of
+    one update over the median time between its log lines, over ``updates`` updates after the
+    first (the median passes over an update that compiled)."""
+    import rltrans
+
+    stamps: list[tuple[int, float]] = []
+
+    def mark(step: int, metrics: dict) -> bool:
+        stamps.append((step, time.perf_counter()))
+        return len(stamps) <= updates  # False after the last: the run stops there
+
+    rltrans.learn(rltrans.plan(*train), on_log=mark)
+    gaps = [(s1 - s0) / (t1 - t0) for (s0, t0), (s1, t1) in zip(stamps, stamps[1:])]
+    return statistics.median(gaps)
+
+
+def speed(chosen: dict[tuple[str, str], str], args: argparse.Namespace) -> str:
+    """Both agents' SPS over whole PPO updates on each env, measured in this one process with
+    the agents' runs alternating over ``--rounds`` rounds (their order flipped each round):
+    the median per agent and, per round, each agent's ratio to the first agent's."""
+    agents = args.agents
+    head = " | ".join(f"{a} SPS (median)" for a in agents)
+    ratios = " | ".join(f"{a} / {agents[0]} (median, range)" for a in agents[1:])
+    lines = [f"| env | {head} | {ratios} |", "|---" * (1 + 2 * len(agents) - 1) + "|"]
+    for (env, level), env_id in chosen.items():
+        sps: dict[str, list[float]] = {a: [] for a in agents}
+        for round_ in range(args.rounds):
+            for agent in agents if round_ % 2 == 0 else agents[::-1]:
+                folder = Path(args.out) / "speed" / f"{label(env, level)}-{agent}-r{round_}"
+                train = [
+                    "env=gym",
+                    f"env.id={env_id}",
+                    *AGENTS[agent],
+                    *args.overrides.get(agent, []),
+                    f"env.num_envs={args.num_envs}",
+                    f"total_steps={budget(env, level, args)}",  # compile=auto decides as a run
+                    f"device={args.device}",
+                    f"run_dir={folder}",
+                    "progress=false",
+                    "torch_threads=1",
+                    "trust_env_code=true",
+                ]
+                sps[agent].append(update_sps(train, args.updates))
+                print(f"# {label(env, level)} {agent} round {round_ + 1}: "
+                      f"{sps[agent][-1]:,.0f} SPS", flush=True)  # fmt: skip
+        cells = [f"{statistics.median(sps[a]):,.0f}" for a in agents]
+        for agent in agents[1:]:
+            r = [x / y for x, y in zip(sps[agent], sps[agents[0]], strict=True)]
+            cells.append(f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})")
+        lines.append(f"| {label(env, level)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def agent_overrides(entries: list[str], agents: list[str]) -> dict[str, list[str]]:
     """--set entries as each agent's train overrides; ValueError naming a bad entry."""
     overrides: dict[str, list[str]] = {agent: [] for agent in agents}
@@ -487,6 +548,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs at once")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", default="runs/popgym_suite", help="runs, table and pictures")
+    p.add_argument(
+        "--speed",
+        action="store_true",
+        help="instead of the runs: both agents' SPS over whole PPO updates on each env,\n"
+        "their runs alternating in this one process (written to speed.md)",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="--speed: rounds of both agents")
+    p.add_argument("--updates", type=int, default=4, help="--speed: timed updates per run")
     args = p.parse_args(argv)
     preset = PRESETS["quick" if args.quick else "full"]
     for key, value in preset.items():
@@ -513,6 +582,13 @@ def main(argv: list[str] | None = None) -> None:
             args.env_steps = named_steps(args.env_steps, names, "--env-steps", "NAME")
         except ValueError as error:
             p.error(str(error))
+    if args.speed:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        text = speed(chosen, args)
+        print(text)
+        (out / "speed.md").write_text(text + "\n")
+        return
     kinds = ["popgym", "twin"] if args.twins else ["popgym"]
     rows = [(e, lv, k) for (e, lv) in chosen for k in kinds if k == "popgym" or e in TWINS]
     grid = [

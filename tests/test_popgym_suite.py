@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,43 @@ def test_a_set_value_holding_a_colon_is_not_read_as_an_agent_prefix():
     wrappers = "env.wrappers=[{path: gymnasium.wrappers.FlattenObservation}]"
     sets = load_suite().agent_overrides([wrappers, "gru:algo.gamma=0.5"], ["gtrxl", "gru"])
     assert sets == {"gtrxl": [wrappers], "gru": [wrappers, "algo.gamma=0.5"]}
+
+
+def test_speed_times_both_agents_runs_alternating_in_one_process(tmp_path):
+    """--speed trains no grid: each agent's short runs stop after the timed updates, and
+    speed.md gives each agent's median SPS and the ratio per round."""
+    out = tmp_path / "speed"
+    args = ["--suite", "popgym", "--speed", "--levels", "easy", "--envs", "RepeatFirst"]
+    args += ["--rounds", "2", "--updates", "2", "--num-envs", "2", "--steps", "4096"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rounds = [line for line in done.stdout.splitlines() if line.startswith("# RepeatFirstEasy")]
+    assert [line.split(" SPS")[0].split(":")[0] for line in rounds] == [
+        "# RepeatFirstEasy gtrxl round 1",
+        "# RepeatFirstEasy gru round 1",
+        "# RepeatFirstEasy gru round 2",  # the order flips each round
+        "# RepeatFirstEasy gtrxl round 2",
+    ]
+    sps = {}
+    for line in rounds:
+        name = line.split()[2]
+        sps.setdefault(name, []).append(float(line.split(": ")[1].split()[0].replace(",", "")))
+    row = (out / "speed.md").read_text().splitlines()[2]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    ratios = sorted(g / t for g, t in zip(sps["gru"], sps["gtrxl"], strict=True))
+    assert cells[0] == "RepeatFirstEasy"
+    assert float(cells[2].replace(",", "")) == pytest.approx(statistics.median(sps["gru"]), abs=1)
+    median, spread = cells[3].split(" ", 1)
+    low, high = spread.strip("()").split("-")
+    assert float(median) == pytest.approx(sum(ratios) / 2, abs=0.011)
+    assert (float(low), float(high)) == pytest.approx(ratios, abs=0.011)
+    stops = (done.stdout + done.stderr).count("on_log returned False: training stopped at step")
+    assert stops == 4  # each run stopped after its timed updates, long before its budget
+    for run in (out / "speed").iterdir():
+        assert "total_steps: 4096" in (run / "config.yaml").read_text()  # compile=auto's view
