@@ -187,6 +187,9 @@ class MemoryAgent(nn.Module):
     (in steps) of a stack built with ``adaptive_span=True``. ``reconstruction_coef``
     weighs the observation-reconstruction loss; above 0 it builds :attr:`decoder` (built last,
     so the other modules start from the same weights as without it), at 0 nothing.
+    ``value_init_gain`` is the value head's orthogonal init gain: a stack whose output is
+    layer-normalised (rms 1) starts its values at O(1) with gain 1, while returns scaled into
+    [-1, 1] start near 0; a small gain starts the critic there too.
 
     >>> env = gym.make("CartPole-v1")
     >>> agent = MemoryAgent(env.observation_space, env.action_space, backbone="gtrxl", dim=32,
@@ -212,6 +215,7 @@ class MemoryAgent(nn.Module):
         encoder: dict[str, Any] | None = None,
         normalize_obs: bool = False,
         reconstruction_coef: float = 0.0,
+        value_init_gain: float = 1.0,
         **backbone_options: Any,
     ) -> None:
         super().__init__()
@@ -230,7 +234,9 @@ class MemoryAgent(nn.Module):
         self.encoder = build_encoder(observation_space, dim, **(encoder or {}))
         self.backbone = build_backbone(backbone, dim, layers, heads, memory, **backbone_options)
         self.policy = build_action_head(action_space, dim)
-        self.value = layer_init(nn.Linear(dim, 1), gain=1.0)
+        if not 0 < value_init_gain < math.inf:
+            raise ValueError(f"value_init_gain={value_init_gain!r}: expected a number > 0")
+        self.value = layer_init(nn.Linear(dim, 1), gain=float(value_init_gain))
         # What evaluate() makes of the backbone's aux, chosen once here from its declared
         # capability; module-level functions and partials keep the agent picklable.
         self.training_aux: Callable[[Aux], Aux] = no_aux

@@ -105,6 +105,7 @@ def _agent_specs() -> dict[str, Spec]:
         "agent.retention_scale": integer(int(FIRST_SCALE), 2**40, null=True),  # its floor
         "agent.span_ramp": integer(1, MAX_LENGTH),
         "agent.span_coef": number(0.0),
+        "agent.value_init_gain": number(0.0, open_low=True),
         "agent.chunk": integer(1, MAX_LENGTH, null=True),
         "agent.context": integer(1, MAX_LENGTH),
         "agent.history": integer(1, MAX_LENGTH),

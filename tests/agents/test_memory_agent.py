@@ -322,3 +322,25 @@ def test_normalized_agent_keeps_replay_fidelity_and_checkpoints_its_stats(tmp_pa
     assert train_main(args) == 0
     policy = load_policy(run)
     assert policy.agent.obs_norm.count > 100  # the statistics came back with the weights
+
+
+def test_value_init_gain_starts_the_critic_near_zero(envs):
+    """A gtrxl stack's output is layer-normalised (rms ~1), so with gain 1 its first values are
+    O(1); agent.value_init_gain=0.01 starts them within a hundredth of that, and changes no
+    other weight. Zero or less is refused, naming the key."""
+    values = {}
+    for gain in (1.0, 0.01):
+        cfg = load_config(["agent=gtrxl", f"agent.value_init_gain={gain}"]).agent
+        torch.manual_seed(0)
+        options = {k: v for k, v in cfg.items() if k not in ("kind", "horizon")}
+        agent = MemoryAgent(envs.single_observation_space, envs.single_action_space, **options)
+        buffer = rollout(agent, envs)
+        values[gain] = (buffer.values, agent)
+    big, small = values[1.0][0].abs().mean(), values[0.01][0].abs().mean()
+    assert big > 0.1 and small < big / 50
+    (_, a), (_, b) = values[1.0], values[0.01]
+    for (name, x), y in zip(a.named_parameters(), b.parameters(), strict=True):
+        if not name.startswith("value."):
+            assert torch.equal(x, y), name
+    with pytest.raises(ValueError, match=r"value_init_gain=0: expected a number > 0"):
+        MemoryAgent(envs.single_observation_space, envs.single_action_space, value_init_gain=0)
