@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import re
@@ -456,7 +457,7 @@ def update_sps(train: list[str], updates: int) -> float:
         return len(stamps) <= updates  # False after the last: the run stops there
 
     rltrans.learn(rltrans.plan(*train), on_log=mark)
-    gaps = [(s1 - s0) / (t1 - t0) for (s0, t0), (s1, t1) in zip(stamps, stamps[1:])]
+    gaps = [(s1 - s0) / (t1 - t0) for (s0, t0), (s1, t1) in itertools.pairwise(stamps)]
     return statistics.median(gaps)
 
 
