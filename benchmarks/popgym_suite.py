@@ -468,7 +468,7 @@ def speed(chosen: dict[tuple[str, str], str], args: argparse.Namespace) -> str:
     agents = args.agents
     head = " | ".join(f"{a} SPS (median)" for a in agents)
     ratios = " | ".join(f"{a} / {agents[0]} (median, range)" for a in agents[1:])
-    lines = [f"| env | {head} | {ratios} |", "|---" * (1 + 2 * len(agents) - 1) + "|"]
+    lines = [f"| env | {head} | {ratios} |", "|---" * (2 * len(agents)) + "|"]  # env, SPS, ratios
     for (env, level), env_id in chosen.items():
         sps: dict[str, list[float]] = {a: [] for a in agents}
         for round_ in range(args.rounds):
