@@ -245,7 +245,10 @@ def metadata_edits(draw, meta: dict) -> dict:
         elif where == "spec":
             spec[draw(st.sampled_from(sorted(spec)))] = value
         elif where == "kwargs":
-            spec.setdefault("kwargs", {})[draw(st.sampled_from(["x", "max_episode_steps"]))] = value
+            # an earlier edit may have made the kwargs themselves hostile: edit fresh ones then
+            if not isinstance(spec.get("kwargs"), dict):
+                spec["kwargs"] = {}
+            spec["kwargs"][draw(st.sampled_from(["x", "max_episode_steps"]))] = value
         else:
             name = draw(st.sampled_from(["FrameStackObservation", "TimeLimit", "ClipReward"]))
             arg = draw(st.sampled_from(["stack_size", "max_episode_steps", "min_reward"]))
