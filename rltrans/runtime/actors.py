@@ -32,15 +32,23 @@ class Actor(Protocol):
     def set_policy_version(self, version: int) -> None: ...
 
 
+# The least divisor: returns that never leave [-1e-3, 1e-3] are scaled up 1,000 times at most.
+MIN_RETURN_SCALE = 1e-3
+
+
 class RewardScaler:
     """Divide rewards by a running std of the discounted return (as gymnasium's NormalizeReward;
     Engstrom et al. 2020, "Implementation Matters in Deep Policy Gradients", section 3).
 
     Keeps value targets O(1) whatever the reward scale, so that with a shared trunk the value
-    loss does not swamp the policy gradient under global-norm clipping. Rewards are only ever
-    scaled down (the divisor is at least 1): dividing by a std below 1 would blow rewards up
-    once a sparse task is solved and its returns stop varying (seen on the T-maze). Only what
-    the learner sees is scaled; episode statistics stay in the env's units.
+    loss does not swamp the policy gradient under global-norm clipping, and so that returns
+    far below 1 (an env that pays a few thousandths per step, as POPGym's do) are not lost
+    under a critic whose initial values are O(1). The divisor is the std, but at least the
+    largest |discounted return| seen so far capped at 1: large returns are scaled down by
+    their std as before, returns that never reach 1 are scaled up until the largest is 1, and
+    nothing is scaled beyond that, so a solved sparse task whose returns stop varying is not
+    blown up (dividing by the std alone would, as seen on the T-maze). Only what the learner
+    sees is scaled; episode statistics stay in the env's units.
     """
 
     def __init__(self, num_envs: int, gamma: float, device, epsilon: float = 1e-8) -> None:
@@ -49,10 +57,12 @@ class RewardScaler:
         self.count = torch.tensor(epsilon, dtype=torch.float64, device=device)
         self.mean = torch.zeros((), dtype=torch.float64, device=device)
         self.var = torch.ones((), dtype=torch.float64, device=device)
+        self.peak = torch.zeros((), dtype=torch.float64, device=device)  # largest |return| seen
 
     def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """Scaled rewards (N,); ``done`` (N,) ends the running returns of finished episodes."""
         self.returns = self.returns * self.gamma + reward.double()
+        self.peak = torch.maximum(self.peak, self.returns.abs().max())
         # Chan et al. parallel update of mean/var with this step's N returns.
         n = self.returns.numel()
         batch_mean, batch_var = self.returns.mean(), self.returns.var(unbiased=False)
@@ -63,17 +73,22 @@ class RewardScaler:
         ) / total
         self.count = total
         self.returns = self.returns.masked_fill(done, 0.0)
-        return (reward.double() / torch.sqrt(self.var + self.epsilon).clamp(min=1.0)).float()
+        floor = self.peak.clamp(min=MIN_RETURN_SCALE, max=1.0)
+        return (reward.double() / torch.maximum(torch.sqrt(self.var + self.epsilon), floor)).float()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Running statistics for checkpoints. The running returns are not saved: checkpoints
         are taken where every env starts a fresh episode (:meth:`LocalActor.restart`)."""
-        return {"count": self.count, "mean": self.mean, "var": self.var}
+        return {"count": self.count, "mean": self.mean, "var": self.var, "peak": self.peak}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore :meth:`state_dict`; running returns start at zero (fresh episodes)."""
+        """Restore :meth:`state_dict`; running returns start at zero (fresh episodes).
+
+        A state saved before ``peak`` existed resumes with the rule it was trained under (a
+        divisor of at least 1): its peak is taken as 1."""
         device = self.returns.device
         self.count, self.mean, self.var = (state[k].to(device) for k in ("count", "mean", "var"))
+        self.peak = state.get("peak", torch.ones((), dtype=torch.float64)).to(device)
         self.returns = torch.zeros_like(self.returns)
 
 
