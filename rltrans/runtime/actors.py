@@ -38,7 +38,8 @@ MIN_RETURN_SCALE = 1e-3
 
 class RewardScaler:
     """Divide rewards by a running std of the discounted return (as gymnasium's NormalizeReward;
-    Engstrom et al. 2020, "Implementation Matters in Deep Policy Gradients", section 3).
+    Engstrom et al. 2020, "Implementation Matters in Deep Policy Gradients", section 3), or by
+    the largest |discounted return| so far where that is larger and below 1.
 
     Keeps value targets O(1) whatever the reward scale, so that with a shared trunk the value
     loss does not swamp the policy gradient under global-norm clipping, and so that returns
