@@ -1,4 +1,4 @@
-"""IMPALA vs PPO training throughput: wall-clock env steps/s of the whole trainer, in one run.
+r"""IMPALA vs PPO training throughput: wall-clock env steps/s of the whole trainer, in one run.
 
 CartPole-v1 (Gymnasium, sync vector env), the mlp agent of configs/agent/mlp.yaml, the same
 model and env settings in every row: rollouts of T=32 steps x 8 envs (algo.num_steps=32,

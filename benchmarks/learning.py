@@ -1,4 +1,4 @@
-"""Learning results: memory policies against the memoryless control, through the real CLI.
+r"""Learning results: memory policies against the memoryless control, through the real CLI.
 
 Each run is `python -m rltrans.train` (in-process) with the overrides below; the
 learning curve is read back from the run's TensorBoard events. Printed per run:

@@ -1,4 +1,4 @@
-"""Where does each agent's memory stop working? Torch-native memory tasks by memory length.
+r"""Where does each agent's memory stop working? Torch-native memory tasks by memory length.
 
 Every run is ``python -m rltrans.train`` on one task at one memory length with one agent and
 seed, at a fixed env-step budget, then ``python -m rltrans.evaluate`` over 100 deterministic

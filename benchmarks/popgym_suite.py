@@ -1,4 +1,4 @@
-"""POPGym's own envs, run the way a user runs a Gymnasium env: one score per env and agent.
+r"""POPGym's own envs, run the way a user runs a Gymnasium env: one score per env and agent.
 
 Every run is ``python -m rltrans.train env=gym env.id=popgym:popgym-<Name><Level>-v0
 agent=<agent>`` with nothing else but the seed, the budget and logging (the agents' defaults,
