@@ -25,7 +25,7 @@ of the envs above chance each agent is ahead), ``results.json``, ``bars.png`` (f
 per env, a bar per agent, the seeds' range and chance marked) and ``curves.png`` (the score
 of the deterministic evaluations during training, mean and range over seeds, a panel per env).
 
-    python benchmarks/memory_suite.py --suite popgym --quick    # 28 runs, ~50 min on 2 cores
+    python benchmarks/memory_suite.py --suite popgym --quick    # 28 runs, about an hour on 2 cores
     python benchmarks/memory_suite.py --suite popgym            # Easy and Medium, 3 seeds
     python benchmarks/memory_suite.py --suite popgym --levels medium \
         --envs RepeatFirst CountRecall --seeds 3 --twins --jobs 2
@@ -522,7 +522,9 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )
-    p.add_argument("--quick", action="store_true", help="Easy, one seed, 200k steps (~50 min)")
+    p.add_argument(
+        "--quick", action="store_true", help="Easy, one seed, 200k steps (about an hour on 2 cores)"
+    )
     p.add_argument("--levels", nargs="+", choices=LEVELS)
     p.add_argument("--envs", nargs="+", metavar="NAME", help="POPGym names, e.g. RepeatFirst")
     p.add_argument("--agents", nargs="+", choices=list(AGENTS), default=list(AGENTS))
