@@ -409,7 +409,8 @@ def draw(
 
     columns = min(4, len(rows))
     lines_of = -(-len(rows) // columns)
-    fig = Figure(figsize=(3.2 * columns, 2.3 * lines_of + 0.5), layout="constrained")
+    # at least wide enough for the title, when there are only one or two panels
+    fig = Figure(figsize=(max(5.4, 3.2 * columns), 2.3 * lines_of + 0.5), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(lines_of, columns, squeeze=False, sharey=True).ravel()
     for ax in axes[len(rows) :]:
