@@ -10,9 +10,14 @@ wall time split into rollout and learning, the SPS of whole updates (env steps p
 of wall time, rollout + advantages + learning) and its ratio to the generic eager path of the
 same agent and N. The env steps per second alone (random actions, no agent) come last.
 
+``--amp`` adds the device path with the learner under bfloat16 autocast (``algo.amp``), on
+any device: the training run ignores ``algo.amp`` on CPU, and these rows show why. A setup
+whose gradient turns non-finite stops and is reported as such.
+
     python benchmarks/device_throughput.py                       # CPU: N = 16, 64, 256
     python benchmarks/device_throughput.py --envs 16 --updates 4 --compile
     python benchmarks/device_throughput.py --device cuda --envs 256 4096 65536 --compile
+    python benchmarks/device_throughput.py --envs 16 --agents gtrxl+long --compile --amp
 
 On CUDA the device rollout replays the acting step from a CUDA graph. Large N on a CPU takes
 long: a rollout of 256 envs is 32,768 steps.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -32,7 +38,7 @@ from rltrans.accel import Accel
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import load_config, to_container
 from rltrans.envs import make_env
-from rltrans.learners import PPOLearner, algo_settings
+from rltrans.learners import NonFiniteLossError, PPOLearner, algo_settings
 from rltrans.registry import PLAN_KNOBS, build_agent
 from rltrans.runtime.actors import LocalActor, RewardScaler
 from rltrans.trainers.ppo import device_rollout
@@ -48,7 +54,7 @@ class Setup:
     """One agent's PPO on one path, stepped one update at a time."""
 
     def __init__(self, agent: str, env: str, envs: int, rollout: str, compiled: bool,
-                 device: str) -> None:  # fmt: skip
+                 device: str, amp: bool = False) -> None:  # fmt: skip
         overrides = [*AGENTS[agent], f"env={env}", f"env.num_envs={envs}", "agent.horizon=32"]
         cfg = load_config(overrides)
         torch.manual_seed(0)
@@ -66,6 +72,9 @@ class Setup:
         accel = Accel()
         settings = algo_settings(to_container(algo))
         self.learner = PPOLearner(model, settings, total_updates=1000, accel=accel)
+        if amp:  # bfloat16 autocast on any device (a training run allows it only on CUDA)
+            self.learner.amp, self.learner.amp_dtype = True, torch.bfloat16
+        self.failed: str | None = None  # why the setup stopped (a non-finite gradient)
         accel.use_compiled(compiled)
         accel.act_through(self.actor, model, capture=path is not None)
         self.steps = algo.num_steps * envs
@@ -77,7 +86,10 @@ class Setup:
             torch.cuda.synchronize(self.device)
 
     def update(self) -> None:
-        """One rollout (with advantages) and one PPO update; wall seconds of each."""
+        """One rollout (with advantages) and one PPO update; wall seconds of each (nothing once
+        the setup has failed)."""
+        if self.failed is not None:
+            return
         self.sync()
         t0 = time.perf_counter()
         self.actor.collect(self.buffer)
@@ -85,13 +97,20 @@ class Setup:
         buffer.compute_advantages(self.actor.bootstrap_value(), algo.gamma, algo.gae_lambda)
         self.sync()
         t1 = time.perf_counter()
-        self.learner.update(buffer)
+        try:
+            self.learner.update(buffer)
+        except NonFiniteLossError as error:
+            self.failed = str(error)
+            return
         self.sync()
         self.samples.append((t1 - t0, time.perf_counter() - t1))
         self.actor.pop_timings()
 
     def result(self) -> dict[str, float]:
-        """The median update (the first ones, which compile, are left out by the caller)."""
+        """The median update (the first ones, which compile, are left out by the caller); NaN
+        figures for a failed setup."""
+        if self.failed is not None or not self.samples:
+            return {"SPS": math.nan, "rollout_ms": math.nan, "learn_ms": math.nan}
         runs = sorted(self.samples, key=sum)
         rollout, learn = runs[len(runs) // 2]
         return {"SPS": self.steps / (rollout + learn), "rollout_ms": 1e3 * rollout,
@@ -125,6 +144,8 @@ def main() -> None:
     parser.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS))
     parser.add_argument("--updates", type=int, default=3, help="timed updates per setup")
     parser.add_argument("--compile", action="store_true", help="also the compiled paths")
+    amp_help = "also the device path with the learner under bfloat16 autocast"
+    parser.add_argument("--amp", action="store_true", help=amp_help)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/device_throughput.json")
@@ -133,32 +154,43 @@ def main() -> None:
     modes = [False, True] if args.compile else [False]
     rows = []
     for n in args.envs:
+        paths = [("generic", False), ("device", False)] + [("device", True)] * args.amp
         setups = {
-            (agent, rollout, compiled): Setup(agent, args.env, n, rollout, compiled, args.device)
+            (agent, rollout, compiled, amp): Setup(
+                agent, args.env, n, rollout, compiled, args.device, amp
+            )
             for agent in args.agents
             for compiled in modes
-            for rollout in ("generic", "device")
+            for rollout, amp in paths
         }
         warmup = 2 if args.compile else 1  # the first compiled update compiles
         for i in range(warmup + args.updates):
             for key, setup in setups.items():
                 setup.update()
-                print(f"N={n} {key} update {i}: {setup.samples[-1]}", file=sys.stderr)
+                done = setup.failed if setup.failed is not None else setup.samples[-1]
+                print(f"N={n} {key} update {i}: {done}", file=sys.stderr)
             if i < warmup:
                 for setup in setups.values():
                     setup.samples.clear()
-        for (agent, rollout, compiled), setup in setups.items():
-            base = setups[(agent, "generic", False)].result()["SPS"]
+        for (agent, rollout, compiled, amp), setup in setups.items():
+            base = setups[(agent, "generic", False, False)].result()["SPS"]
             result = setup.result()
             rows.append({"envs": n, "agent": agent, "rollout": rollout, "compiled": compiled,
-                         **result, "x_generic_eager": result["SPS"] / base})  # fmt: skip
+                         "amp": amp, **result, "x_generic_eager": result["SPS"] / base,
+                         "failed": setup.failed})  # fmt: skip
             setup.envs.close()
     env_rates = {n: env_steps_per_s(args.env, n, args.device) for n in args.envs}
     print(f"\n{args.env} on {args.device}, {args.threads} thread(s), median of {args.updates}")
-    print("| N | agent | rollout | compiled | rollout ms | learn ms | SPS | x generic eager |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| N | agent | rollout | compiled | learner | rollout ms | learn ms | SPS | "
+          "x generic eager |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['envs']} | {r['agent']} | {r['rollout']} | {r['compiled']} | "
+        learner = "bf16" if r["amp"] else "fp32"
+        if r["failed"] is not None:
+            print(f"| {r['envs']} | {r['agent']} | {r['rollout']} | {r['compiled']} | {learner} "
+                  f"| stopped: {r['failed']} | | | |")  # fmt: skip
+            continue
+        print(f"| {r['envs']} | {r['agent']} | {r['rollout']} | {r['compiled']} | {learner} | "
               f"{r['rollout_ms']:.0f} | {r['learn_ms']:.0f} | {r['SPS']:,.0f} | "
               f"{r['x_generic_eager']:.2f} |")  # fmt: skip
     print("\n| N | env steps/s alone |\n|---|---|")
