@@ -186,12 +186,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         learner = "bf16" if r["amp"] else "fp32"
+        row = f"| {r['envs']} | {r['agent']} | {r['rollout']} | {r['compiled']} | {learner} | "
         if r["failed"] is not None:
-            print(f"| {r['envs']} | {r['agent']} | {r['rollout']} | {r['compiled']} | {learner} "
-                  f"| stopped: {r['failed']} | | | |")  # fmt: skip
+            print(f"{row}stopped: {r['failed']} | | | |")
             continue
-        print(f"| {r['envs']} | {r['agent']} | {r['rollout']} | {r['compiled']} | {learner} | "
-              f"{r['rollout_ms']:.0f} | {r['learn_ms']:.0f} | {r['SPS']:,.0f} | "
+        print(f"{row}{r['rollout_ms']:.0f} | {r['learn_ms']:.0f} | {r['SPS']:,.0f} | "
               f"{r['x_generic_eager']:.2f} |")  # fmt: skip
     print("\n| N | env steps/s alone |\n|---|---|")
     for n, rate in env_rates.items():
