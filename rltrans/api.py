@@ -5,7 +5,8 @@ from the command line's names trains exactly as that command line does::
 
     import rltrans
 
-    plan = rltrans.plan(agent="gtrxl", env="gym", **{"env.id": "CartPole-v1"}, total_steps=50_000)
+    options = {"env.id": "CartPole-v1", "algo.eval_every": 10}  # evaluate every 10 updates
+    plan = rltrans.plan(agent="gtrxl", env="gym", total_steps=50_000, **options)
     print(plan.command)  # the same run from a shell
     summary = rltrans.learn(plan, on_eval=lambda step, m: m["eval/episodic_return"] < 475)
 
@@ -81,6 +82,14 @@ def learn(
     stop after that update (checkpointed; status ``stopped_early``)."""
     if not isinstance(run, RunPlan):
         raise TypeError(f"learn() takes a RunPlan from rltrans.plan(), got {type(run).__name__}")
+    if on_eval is not None and not run.algo.eval_every:
+        # A callback that would never be called is a mistake, not a choice: say so before
+        # the run starts rather than train to the end without ever asking it.
+        raise ConfigError(
+            "learn(on_eval=...) is called after each periodic evaluation, but this plan has "
+            "algo.eval_every=0 (never); give it one, e.g. rltrans.plan(..., "
+            '**{"algo.eval_every": 10}) (updates between evaluations)'
+        )
     callbacks = Callbacks(on_log=on_log, on_eval=on_eval)
     if run.trainer == "online":
         from rltrans.trainers.ppo import train_ppo

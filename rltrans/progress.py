@@ -39,7 +39,10 @@ class ProgressBar:
     The bar is off when stderr is not a TTY or `RLTRANS_NO_PROGRESS=1`; then a line
     such as `train: 40.0k/1.0M step (4%) | 1.2k SPS | 0:00:33 elapsed | eta 0:13:20
     | ret=12.5` goes to stderr after the first update, every `every_s` seconds after that
-    (env `RLTRANS_PROGRESS_EVERY_S` overrides the default) and once on close.
+    (env `RLTRANS_PROGRESS_EVERY_S` overrides the default) and once on close. The rate is
+    named by what it counts: `SPS` for env steps, `episodes/s` for evaluation, `grad steps/s`
+    offline. The ETA divides what is left by the rate since the first update, so the time
+    before it (building, the first update's warm-up) does not inflate early estimates.
 
     Example:
         >>> with ProgressBar(total_steps, "train") as bar:
@@ -84,6 +87,10 @@ class ProgressBar:
         self._postfix: dict[str, str] = {}
         self._start = self._last_time = time.monotonic()
         self._last_n = initial
+        # Where the first update ended: the ETA's rate is measured from there, so the time
+        # before it (building envs, the first update's warm-up or compilation) does not
+        # inflate every early estimate.
+        self._first: tuple[float, int] | None = None
         self._closed = False
 
     @property
@@ -91,9 +98,27 @@ class ProgressBar:
         """Average units per second done by this process since the bar was created."""
         return (self.n - self.initial) / max(time.monotonic() - self._start, 1e-9)
 
+    @property
+    def rate_label(self) -> str:
+        """What the rate counts: ``SPS`` for env steps (RL's name), else ``<unit>s/s``."""
+        return "SPS" if self.unit == "step" else f"{self.unit}s/s"
+
+    def eta(self) -> float | None:
+        """Seconds left at the rate since the first update (the average since the start
+        until a second update), None without a total or any progress."""
+        if not self.total or self.n <= self.initial:
+            return None
+        rate = self.sps
+        if self._first is not None and self.n > self._first[1]:
+            t, n = self._first
+            rate = (self.n - n) / max(time.monotonic() - t, 1e-9)
+        return max(self.total - self.n, 0) / max(rate, 1e-9)
+
     def update(self, n: int = 1, **postfix: Any) -> None:
         """Advance by `n` units and show `postfix` values (e.g. `ret=tracker.mean_return`)."""
         self.n += n
+        if self._first is None:
+            self._first = (time.monotonic(), self.n)
         if postfix:
             self._postfix.update({k: _format_value(v) for k, v in postfix.items()})
         if self.interactive:
@@ -119,11 +144,11 @@ class ProgressBar:
             parts[0] += f"({100 * self.n / self.total:.0f}%)"
         else:
             parts[0] += f"{fmt(self.n)} {self.unit}"
-        parts.append(f"{fmt(recent)} SPS")
+        parts.append(f"{fmt(recent)} {self.rate_label}")
         parts.append(f"{_format_duration(now - self._start)} elapsed")
-        if self.total and self.n:
-            eta = (self.total - self.n) / max(self.sps, 1e-9)
-            parts.append(f"eta {_format_duration(max(eta, 0.0))}")
+        eta = self.eta()
+        if eta is not None:
+            parts.append(f"eta {_format_duration(eta)}")
         parts.extend(f"{k}={v}" for k, v in self._postfix.items())
         print(" | ".join(parts), file=self._stream, flush=True)
         self._lines += 1

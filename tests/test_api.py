@@ -79,6 +79,16 @@ def test_learn_trains_as_the_command_line_does(tmp_path, capsys):
         assert api[key] == cli[key] or math.isclose(api[key], cli[key], rel_tol=1e-5), key
 
 
+def test_an_on_eval_callback_without_evaluations_is_refused_before_the_run(tmp_path):
+    """PPO evaluates never by default (algo.eval_every=0): a callback that would never be
+    called is refused with one line naming the knob, before any folder exists."""
+    plan = rltrans.plan(*TINY_PPO, "total_steps=128", run_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match=r"algo\.eval_every=0 \(never\)") as err:
+        rltrans.learn(plan, on_eval=lambda step, m: True)
+    assert "\n" not in str(err.value) and not (tmp_path / "run").exists()
+    rltrans.learn(plan, on_log=lambda step, m: None)  # on_log alone needs no evaluation
+
+
 def test_callbacks_see_every_update_and_stop_the_run(tmp_path):
     run_dir = tmp_path / "run"
     plan = rltrans.plan(

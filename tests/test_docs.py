@@ -103,11 +103,12 @@ def test_the_api_source_maps_the_folders_that_install_under_rltrans():
 
 
 def _pages_with_examples() -> list[Path]:
-    return sorted(p for p in DOCS.rglob("*.md") if MARKED.search(p.read_text()))
+    pages = [README, *DOCS.rglob("*.md")]  # the README's examples run as written too
+    return sorted(p for p in pages if MARKED.search(p.read_text()))
 
 
 @pytest.mark.docs
-@pytest.mark.parametrize("page", _pages_with_examples(), ids=lambda p: str(p.relative_to(DOCS)))
+@pytest.mark.parametrize("page", _pages_with_examples(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_pages_marked_examples_run_as_written(page, tmp_path):
     bin_dir = tmp_path / ".bin"
     bin_dir.mkdir()

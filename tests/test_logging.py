@@ -225,6 +225,29 @@ def test_resumed_progress_bar_rates_only_this_process(monkeypatch: pytest.Monkey
     assert "eta 0:03:18" in line  # 99,000 steps left at 500/s
 
 
+def test_progress_lines_name_their_rate_and_time_the_eta_from_the_first_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """evaluate counts episodes: its rate is episodes/s, not SPS. A slow start (envs built,
+    the first update's warm-up) does not stretch the ETA once later updates show the rate."""
+    monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
+    now = [0.0]
+    monkeypatch.setattr("rltrans.progress.time.monotonic", lambda: now[0])
+    stream = io.StringIO()
+    bar = ProgressBar(100, "evaluate", "episode", every_s=0.0, stream=stream)
+    now[0] = 60.0  # the first 10 episodes end a minute in: 50 s of it was the start
+    bar.update(10)
+    now[0] = 70.0  # then 10 episodes per 10 s
+    bar.update(10)
+    first, second = stream.getvalue().splitlines()
+    assert "episodes/s" in first and "SPS" not in first
+    assert "eta 0:09:00" in first  # at the only rate known yet: 90 left at 10 / 60 s
+    assert "eta 0:01:20" in second  # 80 left at 1 episode/s, not 80 / (20 / 70 s) = 4:40
+    train = ProgressBar(1000, "train", every_s=0.0, stream=io.StringIO())
+    offline = ProgressBar(1000, "train", "grad step", every_s=0.0, stream=io.StringIO())
+    assert (train.rate_label, offline.rate_label) == ("SPS", "grad steps/s")
+
+
 def test_progress_bar_is_quiet_between_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
     stream = io.StringIO()

@@ -3,8 +3,6 @@ on the calls themselves; trainers report and checkpoint the choice; a resume kee
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -17,6 +15,28 @@ from rltrans.runtime.pool import pool_arguments
 from rltrans.train import main as train_main
 
 
+class VirtualClock:
+    """Stands in for the tuner's ``time``: ``sleep`` advances ``perf_counter`` exactly, so a
+    test's timings are what it says they are, however busy the machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> VirtualClock:
+    """The tuner reads a virtual clock: no timing of a test using it depends on the load."""
+    virtual = VirtualClock()
+    monkeypatch.setattr(threads, "time", virtual)
+    return virtual
+
+
 def run_calls(tuner: ThreadTuner, seconds: dict[int, float], calls: int) -> list[int]:
     """``calls`` entries of the tuner; each call sleeps ``seconds[threads in use]``; returns
     the thread count of every call."""
@@ -25,7 +45,7 @@ def run_calls(tuner: ThreadTuner, seconds: dict[int, float], calls: int) -> list
         with tuner:
             n = torch.get_num_threads()
             used.append(n)
-            time.sleep(seconds[n])
+            threads.time.sleep(seconds[n])
     return used
 
 
@@ -37,7 +57,7 @@ def run_calls(tuner: ThreadTuner, seconds: dict[int, float], calls: int) -> list
         ({1: 0.050, 2: 0.048}, 1),  # within 10 %: the fewest threads
     ],
 )
-def test_keeps_the_fewest_threads_within_10_percent_of_the_fastest(seconds, chosen):
+def test_keeps_the_fewest_threads_within_10_percent_of_the_fastest(seconds, chosen, clock):
     lines = []
     tuner = ThreadTuner("learner step", (1, 2), trials=3, warmup=1, report=lines.append)
     used = run_calls(tuner, seconds, 8)
@@ -47,7 +67,7 @@ def test_keeps_the_fewest_threads_within_10_percent_of_the_fastest(seconds, chos
     assert run_calls(tuner, seconds, 3) == [chosen] * 3  # decided: no more trials
 
 
-def test_warmup_calls_are_not_counted():
+def test_warmup_calls_are_not_counted(clock):
     """A slow first call at each count (compilation) does not decide the choice."""
     tuner = ThreadTuner("acting step", (1, 2), trials=3, warmup=1)
     slow_first = iter([0.2, 0.2])
@@ -56,12 +76,12 @@ def test_warmup_calls_are_not_counted():
         with tuner:
             n = torch.get_num_threads()
             used.append(n)
-            time.sleep(next(slow_first, None) or (0.04 if n == 1 else 0.02))
+            threads.time.sleep(next(slow_first, None) or (0.04 if n == 1 else 0.02))
     one, two = (Plan(n) for n in (1, 2))
     assert tuner.chosen == 2 and len(tuner.times[one]) == len(tuner.times[two]) == 3
 
 
-def test_a_restored_or_single_choice_never_times():
+def test_a_restored_or_single_choice_never_times(clock):
     restored = ThreadTuner("learner step", (1, 2))
     restored.load_state_dict({"chosen": 2})
     assert run_calls(restored, {1: 0.0, 2: 0.0}, 3) == [2, 2, 2]
@@ -70,7 +90,7 @@ def test_a_restored_or_single_choice_never_times():
     assert restored.state_dict() == {"chosen": 2, "streams": 1}
 
 
-def test_streams_are_a_plan_of_their_own():
+def test_streams_are_a_plan_of_their_own(clock):
     """With streams, n one-thread streams are tried beside each count; the fewest cores
     within 10 % of the fastest win, the faster plan where two use as many cores; the choice
     round-trips through a checkpoint, and a tuner without streams takes its thread count."""
@@ -88,7 +108,7 @@ def test_streams_are_a_plan_of_their_own():
         for _ in range(9):
             with tuner:
                 used.append((tuner.plan, torch.get_num_threads()))
-                time.sleep(seconds[tuner.plan])
+                threads.time.sleep(seconds[tuner.plan])
         assert used == [(one, 1), (two, 2), (streams, 1)] * 3
         assert tuner.chosen_plan == chosen and tuner.plan == chosen
         assert f"learner step uses {chosen} (median 1 thread " in lines[0]
@@ -148,7 +168,7 @@ def test_a_fixed_count_tunes_nothing_and_actor_processes_use_one(tmp_path, capsy
         assert pool_arguments(cfg)[1]["torch_threads"] == expected
 
 
-def test_a_hopeless_plan_is_not_timed_again():
+def test_a_hopeless_plan_is_not_timed_again(clock):
     """A plan 10x slower than another in two counted calls (oversubscribed threads on a busy
     machine) is dropped from the trials: it costs its warm-up and two calls, not six."""
     lines = []
