@@ -16,6 +16,7 @@ from rltrans.config import ConfigError, config_help, load_config
 from rltrans.fsutil import UnsafePathError
 from rltrans.logging import print_summary
 from rltrans.spaces import SpaceMismatchError
+from rltrans.trainers import stop
 
 
 def _print_to_pipe(text: str) -> None:
@@ -46,7 +47,11 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
         if "--cfg" in argv:
             print(OmegaConf.to_yaml(cfg))
             return 0
+        stop.EXIT_AT_ONCE = True  # a second Ctrl-C during training: one line, exit at once
         summary = run(cfg)
+    except KeyboardInterrupt:  # Ctrl-C where no trainer handles it (evaluate, collect)
+        print("rltrans: interrupted (SIGINT)", file=sys.stderr)
+        return 128 + signal.SIGINT.value
     except (
         ConfigError,
         FileNotFoundError,

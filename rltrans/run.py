@@ -317,20 +317,37 @@ class Run:
             "learner": learner.state_dict(),
             "global_step": step,
             "rng": rng_state(),
-            "config": to_container(self.cfg),
-            "observation_space": serialize_space(spaces[0]),
-            "action_space": serialize_space(spaces[1]),
+            **self._static_payload(spaces),
             **(extra or {}),
         }
+
+    def _static_payload(self, spaces: tuple[gym.Space, gym.Space]) -> dict[str, Any]:
+        """The parts of every payload that a run never changes (its config and spaces), made
+        once: a trainer copies its payload before each long update, and these cost most."""
+        key = (id(spaces[0]), id(spaces[1]))
+        cached = getattr(self, "_static", None)
+        if cached is None or cached[0] != key:
+            static = {
+                "config": to_container(self.cfg),
+                "observation_space": serialize_space(spaces[0]),
+                "action_space": serialize_space(spaces[1]),
+            }
+            self._static = cached = (key, static)
+        return dict(cached[1])
 
     def save(self, step: int, *args: Any, **kwargs: Any) -> Path | None:
         """Write a checkpoint of :meth:`payload` (atomic, rotated); returns its path (None on
         learner processes other than rank 0, which write nothing)."""
+        return self.save_payload(step, self.payload(step, *args, **kwargs))
+
+    def save_payload(self, step: int, payload: dict[str, Any]) -> Path | None:
+        """Write ``payload`` (one :meth:`payload` made, perhaps earlier) as the checkpoint of
+        ``step``; None on learner processes other than rank 0."""
         if not self.world.is_main:
             return None
         if self._closed:
             raise RuntimeError(f"run {self.dir} is closed; it saves nothing more")
-        return self.checkpoints.save(step, self.payload(step, *args, **kwargs))
+        return self.checkpoints.save(step, payload)
 
     def resume(
         self, agent: torch.nn.Module, learner: Any, spaces: tuple[gym.Space, gym.Space]
@@ -348,12 +365,7 @@ class Run:
         source = f"checkpoint {self.checkpoints.latest()}"
         check_finite_weights(payload.get("model"), source)
         with restoring(source):
-            agent.load_state_dict(payload["model"])
-            learner.load_state_dict(payload["learner"])
-            restore_rng_state(payload["rng"])
-            step = payload["global_step"]
-            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-                raise ValueError(f"global_step={step!r} is not a step count")
+            step = restore_payload(payload, agent, learner)
         self.resumed_payload = payload
         return step
 
@@ -382,6 +394,17 @@ class Run:
         """Path of the newest complete checkpoint, for the summary line."""
         latest = self.checkpoints.latest()
         return str(latest) if latest else None
+
+
+def restore_payload(payload: dict[str, Any], agent: torch.nn.Module, learner: Any) -> int:
+    """Load a checkpoint's weights, learner state and RNG states; returns its step."""
+    agent.load_state_dict(payload["model"])
+    learner.load_state_dict(payload["learner"])
+    restore_rng_state(payload["rng"])
+    step = payload["global_step"]
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"global_step={step!r} is not a step count")
+    return step
 
 
 def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
@@ -421,6 +444,7 @@ __all__ = [
     "load_checkpoint",
     "payload_spaces",
     "refuse_links",
+    "restore_payload",
     "seed_everything",
     "select_device",
     "set_threads",

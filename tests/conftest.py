@@ -18,6 +18,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 @pytest.fixture(autouse=True)
+def _compile_memory(tmp_path_factory, monkeypatch) -> None:
+    """compile=auto's remembered decisions go to a file of each test's own (also for the
+    trainings it starts in subprocesses): no test sees another's."""
+    folder = tmp_path_factory.mktemp("compile-memory")
+    monkeypatch.setenv("RLTRANS_COMPILE_MEMORY", str(folder / "rltrans-compile.json"))
+
+
+@pytest.fixture(autouse=True)
 def _seed() -> Iterator[None]:
     torch.manual_seed(0)
     yield

@@ -196,11 +196,15 @@ def test_ppo_with_async_envs_exits_130_on_ctrl_c(tmp_path):
 
 
 class SlowAfter(gym.Wrapper):
-    """Test wrapper: every step after the first ``after`` sleeps ``seconds``."""
+    """Test wrapper: every step after the first ``after`` sleeps ``seconds``; closing sleeps
+    ``close_seconds``."""
 
-    def __init__(self, env: gym.Env, after: int = 0, seconds: float = 1.0) -> None:
+    def __init__(
+        self, env: gym.Env, after: int = 0, seconds: float = 1.0, close_seconds: float = 0.0
+    ) -> None:
         super().__init__(env)
         self.after, self.seconds, self.count = after, seconds, 0
+        self.close_seconds = close_seconds
 
     def step(self, action):
         self.count += 1
@@ -208,27 +212,65 @@ class SlowAfter(gym.Wrapper):
             time.sleep(self.seconds)
         return self.env.step(action)
 
+    def close(self):
+        time.sleep(self.close_seconds)
+        return super().close()
+
+
+def _slow(after: int, seconds: float, close_seconds: float = 0.0) -> str:
+    kwargs = f"after: {after}, seconds: {seconds}, close_seconds: {close_seconds}"
+    return f"env.wrappers=[{{path: tests.test_stop.SlowAfter, kwargs: {{{kwargs}}}}}]"
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_second_signal_ends_the_run_at_once(sig, tmp_path):
-    # Two fast updates of 16 steps, then each step of each of the 4 envs sleeps 1 s: the
-    # third update would take over a minute; the second signal ends it within seconds.
-    slow = "[{path: tests.test_stop.SlowAfter, kwargs: {after: 32, seconds: 1.0}}]"
-    args = ["env=gym", "env.id=CartPole-v1", f"env.wrappers={slow}", *PPO, ENDLESS]
+def test_a_signal_during_a_long_update_is_answered_within_seconds(sig, tmp_path):
+    """Two updates of 512 steps, then every env step sleeps 1 s: the third update would take
+    over eight minutes. The signal drops it: the checkpoint is the state after the second
+    update, written within seconds, and the run resumes from it."""
+    longer = [a if a != "algo.num_steps=16" else "algo.num_steps=128" for a in PPO]
+    args = ["env=gym", "env.id=CartPole-v1", _slow(256, 1.0), *longer, ENDLESS]
     run = tmp_path / "run"
-    with Training([*args, f"run_dir={run}"], tmp_path) as training:
+    with Training([*args, f"run_dir={run}"], tmp_path) as t:
+        t.wait_for_updates(2)
+        time.sleep(2.0)  # well into the third update's rollout
+        start = time.monotonic()
+        t.signal(sig, group=sig == signal.SIGINT)  # SIGINT as a terminal's Ctrl-C sends it
+        returned = t.finish(timeout=60)
+    assert time.monotonic() - start < 10, returned[2][-2000:]
+    summary = assert_interrupted(returned, sig, run)
+    assert summary["global_step"] == 1024 and summary["updates"] == 2
+    assert "the update under way dropped" in returned[2]
+    resume = ["resume=true", f"run_dir={run}", "total_steps=1536", "trust_env_code=true"]
+    assert train_main([*resume, "progress=false"]) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_exits_at_once_with_one_line_and_the_checkpoint_kept(sig, tmp_path):
+    """The first signal's checkpoint is written, then closing the envs takes a minute; a
+    second signal ends the process at once: one line, 128 + its number, no traceback, and
+    the checkpoint loads."""
+    args = ["env=gym", "env.id=CartPole-v1", _slow(1_000_000, 0.0, close_seconds=60.0), *PPO]
+    run = tmp_path / "run"
+    with Training([*args, ENDLESS, f"run_dir={run}"], tmp_path) as training:
         training.wait_for_updates(2)
         training.signal(sig)
-        time.sleep(1.5)  # the first one is taken (no checkpoint yet: the update goes on);
-        # one within a second of it would count as the same (see the test of the handlers)
-        assert training.proc.poll() is None
+        deadline = time.monotonic() + 30
+        while "training stopped at step" not in training.stderr():  # closing the envs now
+            assert time.monotonic() < deadline, training.stderr()
+            time.sleep(0.05)
+        time.sleep(1.5)  # past the repeat window
         start = time.monotonic()
         training.signal(sig)
-        code, out, _ = training.finish(timeout=30)
-    assert time.monotonic() - start < 15
-    assert code == -sig  # ended by the signal itself (SIGINT: after Python's KeyboardInterrupt)
-    assert not out.strip()  # no summary line
-    assert not list((run / "checkpoints").glob("*.pt"))
+        code, out, err = training.finish(timeout=30)
+    assert time.monotonic() - start < 5
+    assert code == 128 + sig and not out.strip()  # no summary line: it never got there
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    (line,) = [line for line in err.splitlines() if line.startswith("rltrans: second")]
+    assert (
+        line
+        == f"rltrans: second {sig.name}: exiting now; checkpoint {run}/checkpoints/last.pt is kept"
+    )
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["global_step"] > 0
 
 
 # ----------------------------------------------------------------------------- IMPALA

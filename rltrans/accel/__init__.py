@@ -30,8 +30,9 @@ from torch import nn
 
 from rltrans import distributed
 from rltrans.accel.acting import CompiledActing, captured_acting, compiled_acting
+from rltrans.accel.auto import AutoCompile, CompileOverBudget, Memory, deadline, workload_key
 from rltrans.accel.chunks import LossFn, Parts, more_parts, part_count
-from rltrans.accel.compile import AheadOfTime, AutoCompile, _report, compiled
+from rltrans.accel.compile import AheadOfTime, _report, compiled
 from rltrans.accel.flat import FlatParameters, PerTensor, trainable
 from rltrans.accel.threads import AUTO, Plan, ThreadTuner, set_threads, tuned
 from rltrans.core.dropout import Dropout
@@ -39,9 +40,9 @@ from rltrans.core.dropout import Dropout
 T = TypeVar("T")
 
 __all__ = [
-    "AUTO", "Accel", "AheadOfTime", "AutoCompile", "CompiledActing", "Plan", "ThreadTuner",
-    "compile_choice", "compiled", "compiled_acting", "draws_random", "set_threads",
-    "thread_tuners", "trainable",
+    "AUTO", "Accel", "AheadOfTime", "AutoCompile", "CompileOverBudget", "CompiledActing",
+    "Plan", "ThreadTuner", "compile_choice", "compiled", "compiled_acting", "deadline",
+    "draws_random", "set_threads", "thread_tuners", "trainable", "workload_key",
 ]  # fmt: skip
 
 
@@ -210,11 +211,13 @@ def compile_choice(
     *,
     measure: int = 2,
     compile_seconds: float = COMPILE_SECONDS,
+    key: str | None = None,
 ) -> AutoCompile | None:
     """What ``compile`` asks: ``true`` switches ``accel`` to compiled programs now (said on
     stderr), ``auto`` returns an :class:`AutoCompile` over ``updates_left`` updates that
-    times the first ``measure`` (or applies a checkpoint's ``saved`` choice) and weighs the
-    saving against ``compile_seconds``, ``false`` returns None."""
+    times the first ``measure`` (or applies a checkpoint's ``saved`` choice), compiles only
+    where a tenth of the rest of the run exceeds ``compile_seconds``, under that bound, and
+    remembers the outcome under the workload ``key``; ``false`` returns None."""
     if setting == "auto":
         chooser = AutoCompile(
             updates_left,
@@ -223,6 +226,8 @@ def compile_choice(
             report=_report,
             measure=measure,
             compile_seconds=compile_seconds,
+            memory=Memory() if key else None,
+            key=key,
         )
         chooser.restore(saved)
         return chooser

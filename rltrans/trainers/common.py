@@ -4,6 +4,7 @@ online trainers' periodic evaluation."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +13,16 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rltrans.accel import COMPILE_SECONDS, Accel, AutoCompile, compile_choice, thread_tuners
+from rltrans.accel import (
+    COMPILE_SECONDS,
+    Accel,
+    AutoCompile,
+    CompileOverBudget,
+    compile_choice,
+    deadline,
+    thread_tuners,
+    workload_key,
+)
 from rltrans.config import to_container
 from rltrans.envs import make_env
 from rltrans.logging import MetricLogger
@@ -107,6 +117,21 @@ class Choice:
         if self.chooser is not None:
             self.chooser.updates_left = count
 
+    def compile_due(self) -> bool:
+        """Whether the next update compiles, under a deadline (:meth:`bounded`)."""
+        return self.chooser is not None and self.chooser.compile_due()
+
+    def bounded(self) -> contextlib.AbstractContextManager[None]:
+        """The deadline of an update that compiles (:class:`CompileOverBudget` past it);
+        any other update runs unbounded."""
+        budget = self.chooser.budget_s if self.compile_due() else None
+        return deadline(budget, lambda: CompileOverBudget(budget))
+
+    def over_budget(self, err: CompileOverBudget) -> None:
+        """The compiling update was dropped: eager from now on."""
+        if self.chooser is not None:
+            self.chooser.over_budget(err)
+
 
 class TrainerState:
     """The counters and statistics a trainer checkpoints besides weights and optimizer: the
@@ -149,8 +174,14 @@ def speed(
     accel.threads = tuners.get("learner step")
     chunks = unrolled_chunks(cfg)
     seconds = COMPILE_SECONDS if chunks == 1 else CHUNK_COMPILE_SECONDS * chunks
+    # What the compiled programs depend on: a later run of the same workload on this machine
+    # reuses compile=auto's decision (the budget and seeds do not change the programs).
+    sections = {k: to_container(cfg[k]) for k in ("agent", "algo", "env") if k in cfg}
+    sections["dataset"] = cfg.get("dataset")
+    sections["algo"] = {k: v for k, v in sections.get("algo", {}).items() if "eval" not in k}
+    key = workload_key(sections, str(device), cfg.get("torch_threads"), cfg.get("rollout"))
     choice = compile_choice(
-        cfg.compile, accel, updates_left, measure=measure, compile_seconds=seconds
+        cfg.compile, accel, updates_left, measure=measure, compile_seconds=seconds, key=key
     )
     return tuners, Choice(choice)
 
@@ -217,9 +248,13 @@ class PeriodicEvaluation:
             with isolated_rng(device):  # an env may draw from the global generators as built
                 self.envs = make_env(env_cfg, seed=self.seed, device=device, training=False)
 
+    def due(self, update: int) -> bool:
+        """Whether update number ``update`` ends with an evaluation."""
+        return self.envs is not None and update % self.every == 0
+
     def after_update(self, update: int, step: int, logger: MetricLogger) -> None:
         """Evaluate and log at ``step`` when ``update`` is a multiple of ``eval_every``."""
-        if self.envs is None or update % self.every:
+        if not self.due(update):
             return
         with isolated_rng(self.device):
             episodes = evaluate_episodes(
@@ -244,6 +279,7 @@ __all__ = [
     "EVAL_SEED_OFFSET",
     "Callbacks",
     "Choice",
+    "CompileOverBudget",
     "PeriodicEvaluation",
     "TrainerState",
     "Tuners",

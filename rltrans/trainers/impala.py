@@ -276,12 +276,29 @@ class ImpalaTrainer(OnlineTrainer):
         for name, values in self.learner.distributions.items():  # e.g. ponder steps per token
             logger.log_histogram(step, f"charts/{name}", values)
 
+    def payload(self) -> dict[str, Any]:
+        """Weights, learner, RNG states and the trainer state, as a checkpoint holds them."""
+        extra = self.state.state_dict()
+        return self.run.payload(self.progress, self.agent, self.learner, self.spaces, extra)
+
+    def restored(self, payload: dict[str, Any]) -> None:
+        """The actors act with the restored weights; in-process envs start afresh."""
+        self.pool.publish(self.agent.state_dict(), self.state.update)
+        if self.local:
+            self.pool.restart_envs(self.run.cfg.seed + self.state.update + self.seed_offset)
+            for scaler in self.scalers or ():
+                scaler.returns.zero_()
+
+    def long_update_due(self) -> bool:
+        """The next update evaluates."""
+        return self.evaluation.due(self.state.update + 1)
+
     def checkpoint(self, done: bool, stopping: bool) -> None:
         """Every ``checkpoint_every`` updates, at the end and when stopping (all ranks)."""
         cfg, state = self.run.cfg, self.state
         if not (stopping or done or state.update % cfg.checkpoint_every == 0):
             return
-        self.run.save(self.progress, self.agent, self.learner, self.spaces, state.state_dict())
+        self.run.save_payload(self.progress, self.payload())
         if self.local:
             # Every env starts afresh after a checkpoint, as in a run resumed from it, so an
             # interrupted run continues exactly as this one does. Actors in other processes

@@ -340,10 +340,19 @@ class OfflineTrainer(Trainer):
             self.bar.update(0, loss=self.logger.summary().get("losses/action"))
         self.totals, self.count, self.sample_s, self.learn_s = {}, 0, 0.0, 0.0
 
-    def _save(self) -> None:
+    def payload(self) -> dict[str, Any]:
+        """Weights, learner, RNG states, the data's statistics and the trainer state."""
         self.state.update = self.progress
         extra = {**self.extra, **self.state.state_dict()}
-        self.run.save(self.progress, self.agent, self.learner, self.spaces, extra=extra)
+        return self.run.payload(self.progress, self.agent, self.learner, self.spaces, extra)
+
+    def long_update_due(self) -> bool:
+        """The next gradient step ends with an evaluation."""
+        every, step = self.plan.algo.eval_every, self.progress + 1
+        return bool(every and step % every == 0) or step >= self.total
+
+    def _save(self) -> None:
+        self.run.save_payload(self.progress, self.payload())
 
     def _evaluate_and_save(self) -> None:
         """Play every target return (where there is an env), log, checkpoint."""

@@ -115,13 +115,25 @@ class PPOTrainer(OnlineTrainer):
         if self.bar is not None:
             self.bar.update(self.steps_per_update, ret=self.tracker.mean_return)
 
+    def payload(self) -> dict[str, Any]:
+        """Weights, learner, RNG states and the trainer state, as a checkpoint holds them."""
+        extra = self.state.state_dict()
+        return self.run.payload(self.progress, self.agent, self.learner, self.spaces, extra)
+
+    def restored(self, payload: dict[str, Any]) -> None:
+        """Every env starts afresh, as after a checkpoint."""
+        self.actor.restart(seed=self.run.cfg.seed + self.state.update)
+        self.actor.set_policy_version(self.state.update)
+
+    def long_update_due(self) -> bool:
+        """The next update evaluates."""
+        return self.evaluation.due(self.state.update + 1)
+
     def checkpoint(self, done: bool, stopping: bool) -> None:
         """Every ``checkpoint_every`` updates, at the end and when stopping."""
         cfg, state = self.run.cfg, self.state
         if stopping or done or state.update % cfg.checkpoint_every == 0:
-            self.run.save(
-                self.progress, self.agent, self.learner, self.spaces, extra=state.state_dict()
-            )
+            self.run.save_payload(self.progress, self.payload())
             # Every env starts afresh after a checkpoint, as in a run resumed from it, so an
             # interrupted run continues exactly as this one does.
             self.actor.restart(seed=cfg.seed + state.update)

@@ -5,11 +5,20 @@ summarise, tear down. PPO, IMPALA and offline training each fill in only what is
     build()                             envs or dataset, agent, learner, resumed state
     logger, bar, signals, callbacks; begin()
     while not finished():
+        copy = payload()                before an update that may be long (see below)
         update()                        one update: collect / sample, learn, log, evaluate
+          a signal during it            -> the update dropped, the copy saved, stop
+          a compile over its budget     -> the update dropped, the copy restored, eager
         stopping = a signal or a callback's False (every learner process agrees)
         checkpoint(done, stopping)      on the trainer's cadence, and always when stopping
         if stopping: report it, stop
     NonFiniteLossError -> status "stopped", the run says why
+
+Before an update the trainer copies its checkpoint payload wherever that is cheap: the copy
+cost at most :data:`COPY_SHARE` of the last update, or the last update took
+:data:`LONG_UPDATE_S` or more, or it is the first, or it evaluates or compiles
+(:meth:`Trainer.long_update_due`). So a Ctrl-C is answered within seconds wherever the update
+is; only an update too quick to be worth a copy (a DT gradient step) runs to its end first.
     teardown: bar, logger, the trainer's envs / actors, the run folder, the signals
     summary(status)                     the JSON line the command prints
 
@@ -19,8 +28,12 @@ Python caller can start another run in the same process.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
 from typing import Any
+
+import torch
 
 from rltrans.accel import Accel
 from rltrans.config import to_container
@@ -30,10 +43,30 @@ from rltrans.learners import NonFiniteLossError
 from rltrans.logging import MetricLogger
 from rltrans.progress import ProgressBar
 from rltrans.registry import algo_agent_options, build_agent
-from rltrans.run import Run
-from rltrans.trainers.common import Callbacks, PeriodicEvaluation, logger_and_bar
+from rltrans.run import Run, restore_payload
+from rltrans.trainers.common import Callbacks, CompileOverBudget, PeriodicEvaluation, logger_and_bar
 from rltrans.trainers.horizon import report_horizon
-from rltrans.trainers.stop import StopSignals
+from rltrans.trainers.stop import StopNow, StopSignals
+
+# The state is copied before an update, so that a stop signal can drop the update, where
+# the last update took this long or longer (a copy costs milliseconds, under 1 % of it) or
+# where the last copy cost at most COPY_SHARE of the last update.
+LONG_UPDATE_S = 1.0
+COPY_SHARE = 0.01
+STATIC_PAYLOAD = ("config", "observation_space", "action_space")  # fixed for a whole run
+
+
+def copied(value: Any) -> Any:
+    """A copy of checkpoint data that shares nothing mutable with it: tensors cloned, dicts,
+    lists and tuples rebuilt, anything else deep-copied (a faster deepcopy for state dicts
+    of many small tensors)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(copied(v) for v in value)
+    return copy.deepcopy(value)
 
 
 class Trainer:
@@ -71,6 +104,18 @@ class Trainer:
     def checkpoint(self, done: bool, stopping: bool) -> None:
         """Save where the trainer's cadence says, and always when ``done`` or ``stopping``."""
         raise NotImplementedError
+
+    def payload(self) -> dict[str, Any]:
+        """The checkpoint of the state now (:meth:`rltrans.run.Run.payload`'s dict)."""
+        raise NotImplementedError
+
+    def restored(self, payload: dict[str, Any]) -> None:
+        """After :meth:`restore` loaded an earlier ``payload``: what else the trainer resets
+        (its envs start afresh, as after a checkpoint)."""
+
+    def long_update_due(self) -> bool:
+        """Whether the next update does more than usual (an evaluation)."""
+        return False
 
     def begin(self) -> None:
         """Called once before the loop, with the logger in place."""
@@ -130,9 +175,61 @@ class Trainer:
             stop.restore()
         return {**self.summary(status), **stop.summary(status)}
 
+    def restore(self, payload: dict[str, Any]) -> None:
+        """Go back to the state of an earlier :meth:`payload`: weights, learner, RNG states,
+        progress and the trainer's own state."""
+        self.progress = restore_payload(payload, self.agent, self.learner)
+        self.state.load_state_dict(payload)
+        self.restored(payload)
+
+    def _copy_due(self, last_s: float | None, copy_s: float) -> bool:
+        """Whether to copy the state before the next update (see the module's docstring)."""
+        if self.run.world.distributed:
+            return False  # under torchrun no update is dropped: the signal waits for its end
+        choice = getattr(self, "choice", None)
+        compiling = choice is not None and choice.compile_due()
+        cheap = last_s is None or last_s >= LONG_UPDATE_S or copy_s <= COPY_SHARE * last_s
+        return cheap or compiling or self.long_update_due()
+
+    def _compile_budget(self, copied: bool) -> contextlib.AbstractContextManager[None]:
+        """compile=auto's deadline on an update that compiles (only one copied before it can
+        be dropped)."""
+        choice = getattr(self, "choice", None)
+        return choice.bounded() if copied and choice is not None else contextlib.nullcontext()
+
     def _loop(self, stop: StopSignals) -> str:
+        last_s: float | None = None  # how long the last update took
+        copy_s = 0.0  # how long the last copy of the state took
+        if not self.finished():
+            self.payload()  # its parts made once (the config, the spaces): not a copy's cost
+        stop.where = lambda: f"; checkpoint {self.run.latest_checkpoint()} is kept"
         while not self.finished():
-            self.update()
+            start = time.perf_counter()
+            saved = None
+            if self._copy_due(last_s, copy_s):
+                saved = {  # what the run never changes is shared, the rest copied
+                    k: v if k in STATIC_PAYLOAD else copied(v) for k, v in self.payload().items()
+                }
+                copy_s = time.perf_counter() - start
+                start = time.perf_counter()
+            try:
+                with stop.abortable(saved is not None), self._compile_budget(saved is not None):
+                    self.update()
+            except StopNow:
+                stop.dropped()
+                self.run.save_payload(saved["global_step"], saved)
+                self.progress = saved["global_step"]
+                self.state.load_state_dict(saved)  # the summary's counters: those saved
+                if self.is_main():
+                    where = self.run.latest_checkpoint()
+                    stop.report(self.progress, where, self.run.dir, dropped=True)
+                return stop.status
+            except CompileOverBudget as over:
+                self.restore(saved)
+                self.choice.over_budget(over)  # eager from now on, remembered for this workload
+                last_s = None
+                continue
+            last_s = time.perf_counter() - start
             done = self.finished()
             stopping = stop.poll() and not done  # a signal or a callback: checkpoint, stop
             self.checkpoint(done, stopping)

@@ -1,14 +1,24 @@
 """Stopping a run cleanly on SIGINT (Ctrl-C) or SIGTERM (what cluster schedulers send).
 
-Inside :class:`StopSignals` the first of these signals only records itself. The trainer's
-loop asks :meth:`StopSignals.poll` once per update; when it says stop, the trainer writes
-the checkpoint a periodic one would, returns its summary with ``status: interrupted`` and
-``signal``, and the command exits with 128 + the signal's number (130, 143), as a shell
-reports a process the signal ended. A second signal gets the handling that was in place
-before (Python's KeyboardInterrupt for SIGINT, termination for SIGTERM), so a run stuck in
-its update is one more Ctrl-C away from ending. Signals within :data:`REPEAT_S` of the first
-count as that one: under torchrun a terminal's Ctrl-C reaches each learner process twice,
-from the terminal and forwarded by torchrun.
+Inside :class:`StopSignals` the first of these signals records itself. Where the trainer
+runs an update that may be long (one that took a second or more, the first one, one that
+evaluates or compiles) it first keeps a copy of its checkpoint and runs the update inside
+:meth:`StopSignals.abortable`: there the first signal also raises :class:`StopNow`, the
+update under way is dropped, and the copy (the state after the last whole update) is
+written as the checkpoint, within seconds of the signal wherever the update was (rollout,
+learning, compilation, evaluation). A quick update runs to its end, and the trainer's loop
+asks :meth:`StopSignals.poll` after it. Either way the trainer returns its summary with
+``status: interrupted`` and ``signal``, and the command exits with 128 + the signal's number
+(130, 143), as a shell reports a process the signal ended.
+
+A second signal ends the process at once: from the command line (:data:`EXIT_AT_ONCE`) with
+one line on stderr, the exit code 128 + its number and no traceback, leaving the checkpoint
+on disk as it was (every write is atomic); from Python it gets the handling that was in place
+before (KeyboardInterrupt for SIGINT, termination for SIGTERM). Signals within
+:data:`REPEAT_S` of the first count as that one: under torchrun a terminal's Ctrl-C reaches
+each learner process twice, from the terminal and forwarded by torchrun. Under torchrun no
+update is dropped (every learner process must run the same collectives): the first signal
+is acted on after the update, in one collective.
 
 :meth:`StopSignals.request` stops the same way for a caller (a callback of
 :func:`rltrans.learn`), with ``status: stopped_early``. Under torchrun every learner process
@@ -29,10 +39,13 @@ Example (the loop of :class:`rltrans.trainers.skeleton.Trainer`, simplified)::
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -40,6 +53,14 @@ from rltrans import distributed
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REPEAT_S = 1.0  # a signal this soon after the first is the same request, delivered twice
+# Whether a second signal ends the process at once (os._exit) with one line: set by the
+# command-line tools (rltrans.cli); a Python caller (rltrans.learn) keeps its own handling.
+EXIT_AT_ONCE = False
+
+
+class StopNow(BaseException):
+    """The first stop signal, raised inside :meth:`StopSignals.abortable` (a BaseException,
+    so no ``except Exception`` in the update swallows it)."""
 
 
 class StopSignals:
@@ -56,6 +77,9 @@ class StopSignals:
         self.requested: str | None = None  # why a caller asked this process to stop (request)
         self.reason: str | None = None  # the request the run stops for, once polled
         self._previous: dict[signal.Signals, Any] = {}
+        self._abortable = 0  # depth of abortable() regions now running
+        # What a second signal's line adds: where the run's last checkpoint is (the trainer's).
+        self.where: Callable[[], str] = str
 
     def install(self) -> StopSignals:
         """Take over the signals' handling (from the main thread; elsewhere a no-op)."""
@@ -79,16 +103,43 @@ class StopSignals:
         now = time.monotonic()
         if self.received is None:
             self.received, self._received_at = signal.Signals(signum), now
+            if self._abortable and not distributed.active():
+                raise StopNow(signum)  # drop the update under way: its copy is saved
             return
         if now - self._received_at < self.repeat_s:
             return  # the first one again (the terminal's and torchrun's copy)
-        # The second signal: handled as if this object were not there, at once.
+        # The second signal: at once.
+        if EXIT_AT_ONCE:
+            name = signal.Signals(signum).name
+            with contextlib.suppress(Exception):  # a closed or full stderr: exit all the same
+                print(f"rltrans: second {name}: exiting now{self.where()}", file=sys.stderr)
+                sys.stderr.flush()
+            os._exit(128 + signum)
         previous = self._previous.get(signal.Signals(signum))
         self.restore()
         if callable(previous):
             previous(signum, frame)  # e.g. Python's SIGINT handler: KeyboardInterrupt
         else:
             signal.raise_signal(signum)  # SIG_DFL: the signal ends the process
+
+    @contextlib.contextmanager
+    def abortable(self, enabled: bool = True) -> Iterator[None]:
+        """A region (an update whose state before it was copied) that the first signal
+        ends at once with :class:`StopNow`; one that came before it ends it on entry."""
+        if not enabled or distributed.active():
+            yield
+            return
+        if self.received is not None:
+            raise StopNow(int(self.received))
+        self._abortable += 1
+        try:
+            yield
+        finally:
+            self._abortable -= 1
+
+    def dropped(self) -> None:
+        """Account a :class:`StopNow`: the run stops for the signal that raised it."""
+        self.stop_signal = self.received
 
     def request(self, reason: str) -> None:
         """Stop after the current update as a signal would, for ``reason`` (a callback's
@@ -131,13 +182,18 @@ class StopSignals:
             return {"signal": self.name}
         return {"stop_reason": self.reason} if status == "stopped_early" and self.reason else {}
 
-    def report(self, step: int, checkpoint: str | None, run_dir: Any) -> None:
-        """One stderr line: which signal or request stopped the run, at which step, its
-        checkpoint."""
+    def report(
+        self, step: int, checkpoint: str | None, run_dir: Any, *, dropped: bool = False
+    ) -> None:
+        """One stderr line: which signal or request stopped the run, at which step (after
+        the update under way, or before it where ``dropped``), its checkpoint."""
+        when = "the update under way dropped" if dropped else "after the current update"
+        answered = ""
+        if self.received is not None and self._received_at:
+            answered = f", {time.monotonic() - self._received_at:.1f} s after the signal"
         print(
-            f"rltrans: {self.name or self.reason}: training stopped at step {step} after the "
-            f"current update; "
-            f"checkpoint {checkpoint} (continue with resume=true run_dir={run_dir})",
+            f"rltrans: {self.name or self.reason}: training stopped at step {step} ({when}"
+            f"{answered}); checkpoint {checkpoint} (continue with resume=true run_dir={run_dir})",
             file=sys.stderr,
             flush=True,
         )
@@ -154,4 +210,4 @@ class StopSignals:
         self.restore()
 
 
-__all__ = ["STOP_SIGNALS", "StopSignals"]
+__all__ = ["EXIT_AT_ONCE", "STOP_SIGNALS", "StopNow", "StopSignals"]
