@@ -187,3 +187,99 @@ MOVED = {
 def test_a_section_that_left_the_readme_is_on_the_site(section):
     page, phrase = MOVED[section]
     assert phrase in (DOCS / page).read_text(), f"{section!r}: {phrase!r} not in docs/{page}"
+
+
+# The built site (``mkdocs build --strict``, as CI builds it), read as a person's browser would.
+RAW_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj):(?:`|<code>)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built strict into a fresh folder (skipped without the ``docs`` extra)."""
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
+        pytest.importorskip(
+            module, reason='the site needs the docs extra: pip install -e ".[docs]"'
+        )
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=EXAMPLE_TIMEOUT_S,
+    )
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    return out
+
+
+def _page(site: Path, page: str) -> str:
+    return (site / page / "index.html").read_text()
+
+
+def _toc(html: str) -> list[tuple[str, str]]:
+    """(anchor, label) of each entry of a page's table of contents."""
+    nav = html[html.find("md-nav--secondary") : html.find('<div class="md-content"')]
+    entries = re.findall(
+        r'<a href="#([^"]+)" class="md-nav__link">\s*<span class="md-ellipsis">(.*?)</span>',
+        nav,
+        re.S,
+    )
+    return [(anchor, re.sub(r"<[^>]+>|\s+", "", label)) for anchor, label in entries]
+
+
+def test_the_built_site_shows_no_raw_sphinx_role(site):
+    raw = {
+        str(page.relative_to(site)): len(RAW_ROLE.findall(page.read_text()))
+        for page in site.rglob("*.html")
+    }
+    assert not {page: n for page, n in raw.items() if n}, "raw :role:`...` text on the site"
+    # the roles became links: the core page links to the backbones page, by canonical path
+    core = _page(site, "reference/api/core")
+    assert 'class="autorefs autorefs-internal"' in core
+    assert re.search(
+        r'href="\.\./backbones/#rltrans\.backbones\.[\w.]+"', _page(site, "reference/api/agents")
+    )
+
+
+def test_runplan_is_documented_once(site):
+    headings = [
+        anchor
+        for page in site.rglob("*.html")
+        for anchor in re.findall(r'<h\d id="([\w.]*\bRunPlan)"', page.read_text())
+    ]
+    assert headings == ["rltrans.RunPlan"]
+
+
+def test_the_toc_names_each_commands_main_in_full(site):
+    toc = dict(_toc(_page(site, "reference/api/rltrans")))
+    assert "main" not in toc.values(), toc
+    for tool in ("train", "evaluate", "collect", "plot"):
+        assert toc[f"rltrans.{tool}.main"] == f"rltrans.{tool}.main"
+
+
+def _roles():
+    """docs/sphinx_roles.py as a module (it needs Griffe, from the docs extra)."""
+    pytest.importorskip(
+        "griffe", reason='the API reference needs the docs extra: pip install -e ".[docs]"'
+    )
+    spec = importlib.util.spec_from_file_location("sphinx_roles", DOCS / "sphinx_roles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_sphinx_role_becomes_a_cross_reference_and_a_stale_one_is_named():
+    paths = {"RunPlan": "rltrans.config.plan.RunPlan", "rltrans.accel.Accel": "rltrans.accel.Accel"}
+    text, stale = _roles().translate(
+        "A :class:`RunPlan`, an :class:`~rltrans.accel.Accel`, :func:`rltrans.gone()`, "
+        ":class:`torch.nn.Module`, :exc:`ValueError`, :meth:`missing`.",
+        paths.get,
+    )
+    assert text == (
+        'A <autoref identifier="rltrans.config.plan.RunPlan" optional><code>RunPlan</code>'
+        '</autoref>, an <autoref identifier="rltrans.accel.Accel" optional><code>Accel</code>'
+        "</autoref>, <code>rltrans.gone()</code>, <code>torch.nn.Module</code>, "
+        "<code>ValueError</code>, <code>missing</code>."
+    )
+    assert stale == [":func:`rltrans.gone()`", ":meth:`missing`"]
