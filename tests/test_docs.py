@@ -283,3 +283,78 @@ def test_a_sphinx_role_becomes_a_cross_reference_and_a_stale_one_is_named():
         "<code>ValueError</code>, <code>missing</code>."
     )
     assert stale == [":func:`rltrans.gone()`", ":meth:`missing`"]
+
+
+def _diagram_sources() -> dict[str, str]:
+    """Each Mermaid source on a page, by its page and line."""
+    hooks = _hooks()
+    found = {}
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        for match in hooks.MERMAID.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            found[f"{page.relative_to(DOCS)}:{line}"] = match["source"]
+    return found
+
+
+def test_every_diagram_has_a_picture_of_its_source_and_no_picture_is_left_over():
+    hooks = _hooks()
+    sources = _diagram_sources()
+    assert sources, "no Mermaid diagram found on the pages"
+    drawn = hooks.pictures()
+    undrawn = [where for where, source in sources.items() if hooks.source_hash(source) not in drawn]
+    assert not undrawn, f"diagrams with no picture of their source; run {hooks.DRAW}: {undrawn}"
+    wanted = {hooks.source_hash(source) for source in sources.values()}
+    assert not set(drawn) - wanted, f"pictures of no diagram: {sorted(set(drawn) - wanted)}"
+    assert len(drawn) == len(list(hooks.DIAGRAMS.glob("*.svg"))), "an SVG names no source"
+
+
+def test_a_diagram_edited_without_drawing_it_again_stops_the_build():
+    hooks = _hooks()
+    drawn = {
+        hooks.source_hash("flowchart LR\n    accTitle: a to b\n    a --> b\n"): "diagrams/x.svg"
+    }
+    page = "intro\n\n```mermaid\nflowchart LR\n    accTitle: a to b\n    a --> b\n```\n"
+    assert hooks.with_pictures(page, "concepts/p.md", drawn) == (
+        "intro\n\n[![a to b](../diagrams/x.svg){ .diagram }](../diagrams/x.svg)\n"
+    )
+    edited = page.replace("a --> b", "a --> c")
+    with pytest.raises(ValueError, match=r"^docs/concepts/p\.md:3: .*render_diagrams\.py"):
+        hooks.with_pictures(edited, "concepts/p.md", drawn)
+
+
+def test_the_sites_diagrams_are_pictures_that_need_no_network(site):
+    pages = {str(where).split(":")[0] for where in _diagram_sources()}
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text()
+        assert 'class="mermaid"' not in text, f"{page}: a diagram left for Mermaid's script"
+        assert not re.search(
+            r"<(?:pre|code)[^>]*>\s*(?:flowchart|graph) (?:LR|RL|TB|BT|TD)", text
+        ), page
+    for source in pages:
+        page = site / Path(source).with_suffix("") / "index.html"
+        images = re.findall(
+            r'<img alt="([^"]+)" class="diagram" src="([^"]+\.svg)"', page.read_text()
+        )
+        assert images, f"{source}: no diagram picture on its page"
+        for alt, src in images:
+            svg = (page.parent / src).resolve()
+            assert svg.is_file() and site in svg.parents, f"{source}: {src} is not on the site"
+            text = svg.read_text()
+            assert alt != "diagram", f"{source}: a diagram without an accTitle (the alt text)"
+            links = set(re.findall(r"https?://[^\s\"')]+", text)) - {"http://www.w3.org/2000/svg"}
+            assert not links, f"{src} loads {links}"
+            assert "<script" not in text and "<foreignObject" not in text, src
+
+
+def test_the_builds_own_code_is_not_on_the_site(site):
+    assert not sorted(site.rglob("*.py")), "Python files copied into the site"
+
+
+def test_long_code_lines_wrap_inside_the_column(site):
+    page = _page(site, "guides/own-env")
+    css = re.search(r'<link rel="stylesheet" href="([^"]*extra\.css)"', page)
+    assert css, "the site's own stylesheet is not linked"
+    text = (site / "guides" / "own-env" / css[1]).resolve().read_text()
+    rule = re.search(r"\.md-typeset pre > code \{([^}]*)\}", text)
+    assert rule and "white-space: pre-wrap" in rule[1], "code blocks keep lines past the edge"
