@@ -53,9 +53,14 @@ import time
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from memory_suite import RUNNER, logged_sps, named_steps, run_grid, steps_to, summaries
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 LEVELS = ("easy", "medium", "hard")
 AGENTS = {"gtrxl": ["agent=gtrxl"], "gru": ["agent=gru"]}
@@ -79,6 +84,13 @@ CHANCE_EPISODES = 100
 TARGET = 0.9  # the score whose first crossing is reported
 ABOVE_CHANCE = 0.05  # a score counts as above chance when it beats chance's by more than this
 CURVE = "eval/episodic_return"
+# The curves figure, one panel per env: shown at the docs column's width (about 700 px), two
+# panels to a row keep 10 pt text at about 13 px on screen; four made it 6 px, titles touching.
+CURVES_COLUMNS = 2
+PANEL_INCHES = (3.7, 2.2)  # width, height
+CURVES_FONT = 10  # points: ticks, labels and legend (titles one more)
+CURVES_DPI = 110
+DOCS_WIDTH_PX = 700
 
 
 @functools.cache
@@ -407,15 +419,8 @@ def draw(
     fig.suptitle("mean over seeds, bar: range of seeds, dotted: chance", fontsize="small")
     fig.savefig(out / "bars.png", dpi=110)
 
-    columns = min(4, len(rows))
-    lines_of = -(-len(rows) // columns)
-    # at least wide enough for the title, when there are only one or two panels
-    fig = Figure(figsize=(max(5.4, 3.2 * columns), 2.3 * lines_of + 0.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(lines_of, columns, squeeze=False, sharey=True).ravel()
-    for ax in axes[len(rows) :]:
-        ax.set_visible(False)
-    for ax, (env, level, kind), name in zip(axes, rows, names, strict=False):
+    fig, axes = curves_figure(names, {a: colours[a] for a in agents})
+    for ax, (env, level, kind) in zip(axes, rows, strict=True):
         low, high = return_range(ids[(env, level)])
         for agent in agents:
             runs = [
@@ -433,16 +438,46 @@ def draw(
             ax.fill_between(
                 group.x, low_band, high_band, color=colours[agent], alpha=0.2, linewidth=0
             )
-        ax.set_title(name, fontsize="small")
+    fig.savefig(out / "curves.png", dpi=CURVES_DPI)
+
+
+def curves_figure(names: list[str], colours: dict[str, str]) -> tuple[Figure, list[Axes]]:
+    """The empty curves figure: a panel per name, CURVES_COLUMNS to a row, its legend (the
+    agents' colours) and titles, sized so that shown at DOCS_WIDTH_PX its text stays legible."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    columns = min(CURVES_COLUMNS, len(names))
+    lines_of = -(-len(names) // columns)
+    # at least wide enough for the title, when there is only one panel
+    size = (max(5.4, PANEL_INCHES[0] * columns), PANEL_INCHES[1] * lines_of + 0.8)
+    fig = Figure(figsize=size, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = list(fig.subplots(lines_of, columns, squeeze=False, sharey=True).ravel())
+    for ax in axes[len(names) :]:
+        ax.set_visible(False)
+    steps = FuncFormatter(lambda value, _: f"{value / 1000:g}k" if value else "0")
+    for i, (ax, name) in enumerate(zip(axes, names, strict=False)):
+        ax.set_title(name, fontsize=CURVES_FONT + 1)
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-        ax.set_xlabel("env steps", fontsize="x-small")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(agents), fontsize="small")
-    fig.suptitle(
-        "score of the evaluations during training: mean and 95 % band over seeds", fontsize="small"
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.xaxis.set_major_formatter(steps)
+        ax.tick_params(labelsize=CURVES_FONT)
+        ax.set_xlabel("env steps", fontsize=CURVES_FONT)
+        if i % columns == 0:
+            ax.set_ylabel("score", fontsize=CURVES_FONT)
+    handles = [Line2D([], [], color=colour) for colour in colours.values()]
+    fig.legend(
+        handles, list(colours), loc="outside lower center", ncols=len(colours), fontsize=CURVES_FONT
     )
-    fig.savefig(out / "curves.png", dpi=110)
+    fig.suptitle(
+        "score of the evaluations during training: mean and 95 % band over seeds",
+        fontsize=CURVES_FONT + 1,
+    )
+    return fig, axes[: len(names)]
 
 
 def update_sps(train: list[str], updates: int) -> float:

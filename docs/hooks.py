@@ -9,13 +9,21 @@
 It also lays out the package as it installs for the API reference: the top-level ``agents/``
 and ``envs/`` folders are ``rltrans.agents`` and ``rltrans.envs`` (pyproject.toml's
 ``package-dir``), so ``build/api-src/rltrans`` links each of them in beside ``rltrans/``'s own
-entries, and mkdocstrings reads the sources from there. The functions that write the text
-import nothing from MkDocs, so tests can call them.
+entries, and mkdocstrings reads the sources from there.
+
+Each ```` ```mermaid ```` diagram of a page is shown as the picture of it kept in
+``docs/diagrams/`` (drawn by ``docs/render_diagrams.py``), so the site needs no script from a
+network to show it; the Markdown keeps the diagram's source, which is what GitHub shows. A
+picture names the hash of the source it was drawn from: a diagram edited without drawing it
+again stops the build. The functions that write the text import nothing from MkDocs, so
+tests can call them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +45,11 @@ GROUP_TITLES = {
 }
 API_SOURCE = ROOT / "build" / "api-src"  # mkdocs.yml's mkdocstrings paths
 MAPPED = {"agents": "agents", "envs": "envs", "configs": "configs"}  # rltrans.<name>: folder
+DIAGRAMS = ROOT / "docs" / "diagrams"  # the pictures of the pages' Mermaid diagrams
+MERMAID = re.compile(r"^```mermaid\n(?P<source>.*?)^```$", re.S | re.M)
+DRAWN_FROM = re.compile(r"<!-- mermaid source sha256:(?P<hash>[0-9a-f]{64}) ")  # in each SVG
+ALT = re.compile(r"^\s*accTitle:\s*(?P<alt>.+?)\s*$", re.M)  # Mermaid's accessible title
+DRAW = "python docs/render_diagrams.py --mermaid PATH/mermaid.min.js"
 COMMANDS = {
     "train.yaml": "python -m rltrans.train",
     "evaluate.yaml": "python -m rltrans.evaluate",
@@ -180,6 +193,42 @@ def api_source(root: Path = ROOT, out: Path = API_SOURCE) -> Path:
     return out
 
 
+def source_hash(source: str) -> str:
+    """The hash a diagram's picture names: of its Mermaid source as the page writes it."""
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def pictures(folder: Path = DIAGRAMS) -> dict[str, str]:
+    """The source hash each SVG under ``folder`` was drawn from: its name under ``docs/``."""
+    found = {}
+    for svg in sorted(folder.glob("*.svg")):
+        drawn = DRAWN_FROM.search(svg.read_text())
+        if drawn:
+            found[drawn["hash"]] = f"{folder.name}/{svg.name}"
+    return found
+
+
+def with_pictures(markdown: str, page: str, drawn: dict[str, str]) -> str:
+    """``markdown`` of the page ``page`` (its path under ``docs/``) with each Mermaid diagram
+    replaced by its picture; ValueError names a diagram with no picture of its source."""
+
+    def picture(match: re.Match[str]) -> str:
+        source = match["source"]
+        name = drawn.get(source_hash(source))
+        if name is None:
+            line = markdown.count("\n", 0, match.start()) + 1
+            raise ValueError(
+                f"docs/{page}:{line}: this Mermaid diagram has no picture of its source in "
+                f"docs/diagrams/; draw the pages' diagrams again: {DRAW}"
+            )
+        alt = ALT.search(source)
+        target = posixpath.relpath(name, posixpath.dirname(page) or ".")
+        image = f"![{alt['alt'] if alt else 'diagram'}]({target}){{ .diagram }}"
+        return f"[{image}]({target})"  # a click shows it full size
+
+    return MERMAID.sub(picture, markdown)
+
+
 def on_startup(command: str, dirty: bool) -> None:
     """Lay out the package sources for the API reference before mkdocstrings looks for them."""
     api_source()
@@ -201,3 +250,13 @@ def on_files(files: Any, config: Any) -> Any:
         uri = f"benchmarks/figures/{figure.name}"
         files.append(File.generated(config, uri, abs_src_path=str(figure)))
     return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Show each Mermaid diagram of a page as its picture (no script from a network)."""
+    from mkdocs.exceptions import PluginError
+
+    try:
+        return with_pictures(markdown, page.file.src_uri, pictures())
+    except ValueError as err:
+        raise PluginError(str(err)) from None

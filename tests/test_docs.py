@@ -188,3 +188,174 @@ MOVED = {
 def test_a_section_that_left_the_readme_is_on_the_site(section):
     page, phrase = MOVED[section]
     assert phrase in (DOCS / page).read_text(), f"{section!r}: {phrase!r} not in docs/{page}"
+
+
+# The built site (``mkdocs build --strict``, as CI builds it), read as a person's browser would.
+RAW_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj):(?:`|<code>)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built strict into a fresh folder (skipped without the ``docs`` extra)."""
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
+        pytest.importorskip(
+            module, reason='the site needs the docs extra: pip install -e ".[docs]"'
+        )
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=EXAMPLE_TIMEOUT_S,
+    )
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    return out
+
+
+def _page(site: Path, page: str) -> str:
+    return (site / page / "index.html").read_text()
+
+
+def _toc(html: str) -> list[tuple[str, str]]:
+    """(anchor, label) of each entry of a page's table of contents."""
+    nav = html[html.find("md-nav--secondary") : html.find('<div class="md-content"')]
+    entries = re.findall(
+        r'<a href="#([^"]+)" class="md-nav__link">\s*<span class="md-ellipsis">(.*?)</span>',
+        nav,
+        re.S,
+    )
+    return [(anchor, re.sub(r"<[^>]+>|\s+", "", label)) for anchor, label in entries]
+
+
+def test_the_built_site_shows_no_raw_sphinx_role(site):
+    raw = {
+        str(page.relative_to(site)): len(RAW_ROLE.findall(page.read_text()))
+        for page in site.rglob("*.html")
+    }
+    assert not {page: n for page, n in raw.items() if n}, "raw :role:`...` text on the site"
+    # the roles became links: the core page links to the backbones page, by canonical path
+    core = _page(site, "reference/api/core")
+    assert 'class="autorefs autorefs-internal"' in core
+    assert re.search(
+        r'href="\.\./backbones/#rltrans\.backbones\.[\w.]+"', _page(site, "reference/api/agents")
+    )
+
+
+def test_runplan_is_documented_once(site):
+    headings = [
+        anchor
+        for page in site.rglob("*.html")
+        for anchor in re.findall(r'<h\d id="([\w.]*\bRunPlan)"', page.read_text())
+    ]
+    assert headings == ["rltrans.RunPlan"]
+
+
+def test_the_toc_names_each_commands_main_in_full(site):
+    toc = dict(_toc(_page(site, "reference/api/rltrans")))
+    assert "main" not in toc.values(), toc
+    for tool in ("train", "evaluate", "collect", "plot"):
+        assert toc[f"rltrans.{tool}.main"] == f"rltrans.{tool}.main"
+
+
+def _roles():
+    """docs/sphinx_roles.py as a module (it needs Griffe, from the docs extra)."""
+    pytest.importorskip(
+        "griffe", reason='the API reference needs the docs extra: pip install -e ".[docs]"'
+    )
+    spec = importlib.util.spec_from_file_location("sphinx_roles", DOCS / "sphinx_roles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_sphinx_role_becomes_a_cross_reference_and_a_stale_one_is_named():
+    paths = {"RunPlan": "rltrans.config.plan.RunPlan", "rltrans.accel.Accel": "rltrans.accel.Accel"}
+    text, stale = _roles().translate(
+        "A :class:`RunPlan`, an :class:`~rltrans.accel.Accel`, :func:`rltrans.gone()`, "
+        ":class:`torch.nn.Module`, :exc:`ValueError`, :meth:`missing`.",
+        paths.get,
+    )
+    assert text == (
+        'A <autoref identifier="rltrans.config.plan.RunPlan" optional><code>RunPlan</code>'
+        '</autoref>, an <autoref identifier="rltrans.accel.Accel" optional><code>Accel</code>'
+        "</autoref>, <code>rltrans.gone()</code>, <code>torch.nn.Module</code>, "
+        "<code>ValueError</code>, <code>missing</code>."
+    )
+    assert stale == [":func:`rltrans.gone()`", ":meth:`missing`"]
+
+
+def _diagram_sources() -> dict[str, str]:
+    """Each Mermaid source on a page, by its page and line."""
+    hooks = _hooks()
+    found = {}
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        for match in hooks.MERMAID.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            found[f"{page.relative_to(DOCS)}:{line}"] = match["source"]
+    return found
+
+
+def test_every_diagram_has_a_picture_of_its_source_and_no_picture_is_left_over():
+    hooks = _hooks()
+    sources = _diagram_sources()
+    assert sources, "no Mermaid diagram found on the pages"
+    drawn = hooks.pictures()
+    undrawn = [where for where, source in sources.items() if hooks.source_hash(source) not in drawn]
+    assert not undrawn, f"diagrams with no picture of their source; run {hooks.DRAW}: {undrawn}"
+    wanted = {hooks.source_hash(source) for source in sources.values()}
+    assert not set(drawn) - wanted, f"pictures of no diagram: {sorted(set(drawn) - wanted)}"
+    assert len(drawn) == len(list(hooks.DIAGRAMS.glob("*.svg"))), "an SVG names no source"
+
+
+def test_a_diagram_edited_without_drawing_it_again_stops_the_build():
+    hooks = _hooks()
+    drawn = {
+        hooks.source_hash("flowchart LR\n    accTitle: a to b\n    a --> b\n"): "diagrams/x.svg"
+    }
+    page = "intro\n\n```mermaid\nflowchart LR\n    accTitle: a to b\n    a --> b\n```\n"
+    assert hooks.with_pictures(page, "concepts/p.md", drawn) == (
+        "intro\n\n[![a to b](../diagrams/x.svg){ .diagram }](../diagrams/x.svg)\n"
+    )
+    edited = page.replace("a --> b", "a --> c")
+    with pytest.raises(ValueError, match=r"^docs/concepts/p\.md:3: .*render_diagrams\.py"):
+        hooks.with_pictures(edited, "concepts/p.md", drawn)
+
+
+def test_the_sites_diagrams_are_pictures_that_need_no_network(site):
+    pages = {str(where).split(":")[0] for where in _diagram_sources()}
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text()
+        assert 'class="mermaid"' not in text, f"{page}: a diagram left for Mermaid's script"
+        assert not re.search(
+            r"<(?:pre|code)[^>]*>\s*(?:flowchart|graph) (?:LR|RL|TB|BT|TD)", text
+        ), page
+    for source in pages:
+        page = site / Path(source).with_suffix("") / "index.html"
+        images = re.findall(
+            r'<img alt="([^"]+)" class="diagram" src="([^"]+\.svg)"', page.read_text()
+        )
+        assert images, f"{source}: no diagram picture on its page"
+        for alt, src in images:
+            svg = (page.parent / src).resolve()
+            assert svg.is_file() and site in svg.parents, f"{source}: {src} is not on the site"
+            text = svg.read_text()
+            assert alt != "diagram", f"{source}: a diagram without an accTitle (the alt text)"
+            links = set(re.findall(r"https?://[^\s\"')]+", text)) - {"http://www.w3.org/2000/svg"}
+            assert not links, f"{src} loads {links}"
+            assert "<script" not in text and "<foreignObject" not in text, src
+
+
+def test_the_builds_own_code_is_not_on_the_site(site):
+    assert not sorted(site.rglob("*.py")), "Python files copied into the site"
+
+
+def test_long_code_lines_wrap_inside_the_column(site):
+    page = _page(site, "guides/own-env")
+    css = re.search(r'<link rel="stylesheet" href="([^"]*extra\.css)"', page)
+    assert css, "the site's own stylesheet is not linked"
+    text = (site / "guides" / "own-env" / css[1]).resolve().read_text()
+    rule = re.search(r"\.md-typeset pre > code \{([^}]*)\}", text)
+    assert rule and "white-space: pre-wrap" in rule[1], "code blocks keep lines past the edge"

@@ -184,3 +184,67 @@ def test_speed_times_both_agents_runs_alternating_in_one_process(tmp_path):
     assert stops == 4  # each run stopped after its timed updates, long before its budget
     for run in (out / "speed").iterdir():
         assert "total_steps: 4096" in (run / "config.yaml").read_text()  # compile=auto's view
+
+
+def _drawn_texts(fig) -> list:
+    """The text a drawn figure shows: every visible, non-empty Text, of the tick labels only
+    those inside their axis's view (matplotlib keeps spare ticks it does not draw)."""
+    from matplotlib.text import Text
+
+    fig.draw_without_rendering()
+    shown, tick_labels = set(), set()
+    for ax in fig.axes:
+        for axis, (low, high), at in ((ax.xaxis, ax.get_xlim(), 0), (ax.yaxis, ax.get_ylim(), 1)):
+            for tick in [*axis.majorTicks, *axis.minorTicks]:
+                tick_labels |= {id(tick.label1), id(tick.label2)}
+            for label in axis.get_ticklabels():
+                if min(low, high) <= label.get_position()[at] <= max(low, high):
+                    shown.add(id(label))
+    return [
+        text
+        for text in fig.findobj(Text)
+        if text.get_visible()
+        and text.get_text().strip()
+        and (text.axes is None or text.axes.get_visible())
+        and (id(text) not in tick_labels or id(text) in shown)
+    ]
+
+
+def _layout_problems(fig, shown_width_px: float) -> list[str]:
+    """Text of a figure that collides with other text or reaches into another panel, or that is
+    under 10 px tall when the figure is shown ``shown_width_px`` wide."""
+    texts = _drawn_texts(fig)
+    renderer = fig.canvas.get_renderer()
+    boxes = [text.get_window_extent(renderer) for text in texts]
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    scale = shown_width_px / (fig.get_figwidth() * fig.dpi)
+    problems = []
+    for i, (text, box) in enumerate(zip(texts, boxes, strict=True)):
+        px = text.get_fontsize() * fig.dpi / 72 * scale
+        if px < 10:
+            problems.append(f"{text.get_text()!r}: {px:.1f} px")
+        problems += [
+            f"{text.get_text()!r} collides with {other.get_text()!r}"
+            for other, other_box in zip(texts[i + 1 :], boxes[i + 1 :], strict=True)
+            if box.overlaps(other_box)
+        ]
+        if text.axes is not None:  # a panel's own text reaching into another panel
+            problems += [
+                f"{text.get_text()!r} of {text.axes.get_title()!r} reaches into {ax.get_title()!r}"
+                for ax in panels
+                if ax is not text.axes and box.overlaps(ax.get_window_extent(renderer))
+            ]
+    return problems
+
+
+def test_the_curves_figure_is_legible_at_the_docs_width_with_nothing_colliding():
+    pytest.importorskip("matplotlib")
+    suite = load_suite()
+    # the figure of the docs: every Easy env's panel (and the longest Hard name)
+    easy = sorted(suite.label(env, level) for env, level in suite.popgym_envs() if level == "easy")
+    names = [*easy, "NoisyPositionOnlyPendulumHard (twin)"]
+    fig, axes = suite.curves_figure(names, {"gtrxl": "C0", "gru": "C1"})
+    assert [ax.get_title() for ax in axes] == names
+    for ax in axes:  # curves over the suite's quick budget
+        ax.plot([16_000, 200_000], [0.2, 0.8])
+    assert _layout_problems(fig, suite.DOCS_WIDTH_PX) == []

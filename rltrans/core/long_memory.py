@@ -21,8 +21,8 @@ the window has forgotten. Kinds are chosen by name (``BlockConfig.long_memory``)
   initialisation, so an agent starts as its window-only twin and learns to read the state.
   Where an episode starts S and z restart from zero (episode isolation). A training segment
   starts from the state stored when it was acted (stop-gradient, like an RNN's state), and
-  computes its steps in parallel from the closed form of the recurrence (:meth:`forward`),
-  which equals stepping it (:meth:`step`).
+  computes its steps in parallel from the closed form of the recurrence
+  (:meth:`LinearMemory.forward`), which equals stepping it (:meth:`LinearMemory.step`).
 * ``delta``: the same carried state written by the gated delta rule (Schlag et al. 2021,
   "Linear Transformers Are Secretly Fast Weight Programmers"; with a decay, Yang et al. 2025,
   "Gated Delta Networks"): each step overwrites what the state recalls for its key instead of

@@ -16,9 +16,9 @@ The two remote pools share one skeleton (actor slots, wire format, restarts, clo
 ``from_config``): ``RemotePool`` of :mod:`rltrans.runtime.remote`.
 
 Episode statistics reach the trainer through the ``on_info`` callback a pool is built with:
-it sees the Gymnasium info dict of every env step of a rollout before :meth:`get` returns
-that rollout, in the trainer's thread. Rewards in a rollout are the env's own (unscaled): the
-trainer scales them (one running scaler per actor, kept in its checkpoints).
+it sees the Gymnasium info dict of every env step of a rollout before :meth:`ActorPool.get`
+returns that rollout, in the trainer's thread. Rewards in a rollout are the env's own
+(unscaled): the trainer scales them (one running scaler per actor, kept in its checkpoints).
 """
 
 from __future__ import annotations

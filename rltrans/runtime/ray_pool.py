@@ -39,7 +39,7 @@ Design:
 * Seeds: actor i resets its envs and seeds its RNGs with ``actor_seed(seed, i, N)`` of
   :mod:`rltrans.runtime.pool` (as LocalPool's and ProcessPool's actors); one actor with the
   learner's weights repeats a LocalActor of this process exactly.
-* Order: Ray runs the calls of one caller to one actor in order, so :meth:`restart_envs`
+* Order: Ray runs the calls of one caller to one actor in order, so :meth:`RayPool.restart_envs`
   applies after the rollouts already queued (as in ProcessPool).
 * Signals: Ray's worker processes lead process groups of their own with SIGINT blocked, and
   each actor ignores SIGINT as well, so Ctrl-C reaches only the learner, which finishes its

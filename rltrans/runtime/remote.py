@@ -250,8 +250,8 @@ class ActorSlot:
 
 class RemotePool:
     """The skeleton of an ``ActorPool`` (:mod:`rltrans.runtime.pool`) whose actors run
-    elsewhere. The learner must :meth:`publish` its weights (version 0) before the first
-    :meth:`get`.
+    elsewhere. The learner must :meth:`~rltrans.runtime.pool.ActorPool.publish` its weights
+    (version 0) before the first :meth:`get`.
 
     Args:
         agent_cfg, env_cfg: what each actor builds (plain dicts or configs; env ``num_envs``
