@@ -1,0 +1,153 @@
+"""What a local Minari dataset's files declare, checked before Minari reads them.
+
+``minari.load_dataset`` allocates from the metadata before it reads any episode: an index
+array of ``total_episodes`` entries (10^9 of them are 8 GB) and the bounds of each space's
+``shape``; reading an episode then allocates every HDF5 array at the shape its header
+declares, whatever the file stores. So the metadata's counts and space sizes are compared
+with the data file first, and each episode's arrays with the bytes the file holds for them,
+then their sum with this machine's memory. Each check reads headers only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+from rltrans.envs.dataset_checks import (
+    DEFLATE_MAX_RATIO,
+    MAX_ROW_ELEMENTS,
+    SIZE_SLACK,
+    check_fits_memory,
+    gib,
+)
+from rltrans.envs.offline import DatasetError
+
+__all__ = ["HDF5_FILE", "check_minari_files"]
+
+HDF5_FILE = "main_data.hdf5"  # Minari's HDF5 storage keeps every episode in this one file
+STEP_FIELDS = ("actions", "rewards", "terminations", "truncations")  # T rows each
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _space_elements(node: Any) -> int:
+    """Elements of every ``shape`` a serialized space declares (Dict and Tuple included)."""
+    if isinstance(node, dict):
+        shape = node.get("shape")
+        own = 0
+        if isinstance(shape, list) and all(_whole(n) for n in shape):
+            own = math.prod(shape)
+        return own + sum(_space_elements(v) for k, v in node.items() if k != "shape")
+    if isinstance(node, list):
+        return sum(_space_elements(v) for v in node)
+    return 0
+
+
+def _check_metadata(meta: Any, path: Path) -> int:
+    """The metadata's episode count, after checking its counts and space sizes."""
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{path}: holds {type(meta).__name__}, expected a JSON object")
+    for key in ("total_episodes", "total_steps"):
+        value = meta.get(key)
+        if not _whole(value):
+            raise DatasetError(f"{path}: {key}={value!r}; expected a whole number >= 0")
+    for key in ("observation_space", "action_space"):
+        text = meta.get(key)
+        try:
+            space = json.loads(text) if isinstance(text, str) else None
+        except ValueError:
+            continue  # Minari's own reader says what is wrong with it
+        elements = _space_elements(space)
+        if elements > MAX_ROW_ELEMENTS:
+            raise DatasetError(
+                f"{path}: {key} declares {elements} elements per step; at most "
+                f"{MAX_ROW_ELEMENTS} are read"
+            )
+    return meta["total_episodes"]
+
+
+def _stored_bytes(ds: h5py.Dataset, file_size: int, where: str) -> int:
+    """The bytes ``ds`` will take in memory, after checking the file can hold them."""
+    declared = math.prod(ds.shape or ()) * ds.dtype.itemsize
+    if ds.dtype.kind == "O":  # variable-length (JPEG frames): decoded sizes follow the space
+        return declared
+    stored = ds.id.get_storage_size()
+    filtered = ds.id.get_create_plist().get_nfilters() > 0  # compressed chunks
+    most = stored * (DEFLATE_MAX_RATIO if filtered else 1) + SIZE_SLACK
+    if stored > file_size or declared > most:
+        raise DatasetError(
+            f"{where}: {ds.name.lstrip('/')} declares shape {ds.shape} ({gib(declared)}) but "
+            f"the file stores {gib(min(stored, file_size))} of it"
+        )
+    return declared
+
+
+def _check_episode(group: Any, file_size: int, where: str) -> int:
+    """One episode group: arrays the file can hold, rows that agree; the bytes it needs."""
+    if not isinstance(group, h5py.Group):
+        raise DatasetError(f"{where}: {group.name.lstrip('/')} is not an episode group")
+    arrays: list[h5py.Dataset] = []
+    group.visititems(lambda _, obj: arrays.append(obj) if isinstance(obj, h5py.Dataset) else None)
+    total = sum(_stored_bytes(ds, file_size, where) for ds in arrays)
+    name = group.name.lstrip("/")
+    present = [key for key in STEP_FIELDS if isinstance(group.get(key), h5py.Dataset)]
+    rows = {key: group[key].shape for key in present}
+    lengths = {shape[0] if shape else None for shape in rows.values()}
+    if len(lengths) > 1 or None in lengths:
+        raise DatasetError(f"{where}: {name}'s arrays disagree on its length: {rows}")
+    t = lengths.pop() if lengths else None
+    if t == 0:
+        raise DatasetError(f"{where}: {name} has no steps")
+    obs = group.get("observations")
+    if t is not None and isinstance(obs, h5py.Dataset) and obs.shape[:1] != (t + 1,):
+        raise DatasetError(
+            f"{where}: {name}/observations has shape {obs.shape}; an episode of {t} steps "
+            f"stores {t + 1} observations (the last is the final one)"
+        )
+    return total
+
+
+def _check_hdf5(path: Path, count: int, meta_path: Path) -> int:
+    """The episode groups of Minari's HDF5 file against ``count``; the bytes they need."""
+    file_size = path.stat().st_size
+    with h5py.File(path, "r") as f:
+        names = set(f.keys())
+        expected = {f"episode_{i}" for i in range(min(count, len(names) + 1))}
+        if len(names) != count or names != expected:
+            odd = sorted(names - expected)[:1]
+            extra = f", among them {odd[0]!r} (expected episode_0, episode_1, ...)" if odd else ""
+            raise DatasetError(
+                f"{meta_path}: total_episodes={count} but {path} holds {len(names)} episodes{extra}"
+            )
+        return sum(_check_episode(f[f"episode_{i}"], file_size, str(path)) for i in range(count))
+
+
+def _check_arrow(data: Path, count: int, meta_path: Path) -> None:
+    """Minari's Arrow storage: one folder per episode, named by its index."""
+    held = sum(1 for p in data.iterdir() if p.is_dir() and p.name.isdigit())
+    if held != count:
+        raise DatasetError(
+            f"{meta_path}: total_episodes={count} but {data} holds {held} episode folders"
+        )
+
+
+def check_minari_files(folder: Path) -> None:
+    """Check a local Minari dataset's metadata and data file against each other and against
+    this machine's memory; raises DatasetError naming the file and the value."""
+    data = folder / "data"
+    meta_path = data / "metadata.json"
+    with open(meta_path, "rb") as f:
+        meta = json.load(f)
+    count = _check_metadata(meta, meta_path)
+    storage = meta.get("data_format")
+    if storage == "hdf5" and (data / HDF5_FILE).is_file():
+        check_fits_memory(_check_hdf5(data / HDF5_FILE, count, meta_path), str(data / HDF5_FILE))
+    elif storage == "arrow":
+        _check_arrow(data, count, meta_path)
+    # any other format, or a missing file: Minari's own reader names what is missing
