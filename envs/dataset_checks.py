@@ -26,6 +26,7 @@ __all__ = [
     "check_actions",
     "check_finite",
     "check_fits_memory",
+    "check_returns",
     "gib",
     "read_npy_header",
 ]
@@ -38,6 +39,7 @@ SIZE_SLACK = 2**16
 # Elements of one observation or action row a dataset's metadata may declare (an 8K RGB
 # frame is 2^25): the same cap as the configs' MAX_SPACE_SIZE (rltrans.config.keys).
 MAX_ROW_ELEMENTS = 2**26
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def gib(n: float) -> str:
@@ -66,12 +68,23 @@ def _refuse(where: str, field: str, array: np.ndarray, bad: np.ndarray, rule: st
 
 
 def check_finite(array: np.ndarray, where: str, field: str) -> None:
-    """Refuse a NaN or infinite entry of a float array (integer arrays always pass)."""
+    """Refuse a NaN or infinite entry of a float array, or one float32 cannot hold (training
+    works in float32); integer arrays always pass."""
     if array.dtype.kind not in "fc" or array.size == 0:
         return
-    bad = ~np.isfinite(array)
+    bad = ~(np.abs(array) <= FLOAT32_MAX)  # NaN compares False: one pass finds all three
     if bad.any():
-        _refuse(where, field, array, bad, f"{field} must be finite numbers")
+        _refuse(where, field, array, bad, f"{field} must be finite float32 numbers")
+
+
+def check_returns(rewards: np.ndarray, where: str) -> None:
+    """Refuse rewards whose returns-to-go overflow float32 (each finite, their sum not)."""
+    total = float(np.abs(rewards).sum(dtype=np.float64))
+    if total > FLOAT32_MAX:
+        raise DatasetError(
+            f"{where}: rewards sum to {total:.3g} in absolute value; returns-to-go beyond "
+            f"{FLOAT32_MAX:.3g} overflow float32"
+        )
 
 
 def check_actions(actions: np.ndarray, space: gym.Space, where: str) -> None:
@@ -88,6 +101,8 @@ def check_actions(actions: np.ndarray, space: gym.Space, where: str) -> None:
         rule = f"{space} holds the whole numbers {lo}..{hi}"
         if actions.dtype.kind not in "biuf":
             raise DatasetError(f"{where}: actions have dtype {actions.dtype}; {rule}")
+        if actions.ndim != 1:
+            raise DatasetError(f"{where}: actions have shape {actions.shape}, expected (T,)")
         if actions.dtype.kind == "f":
             bad = ~np.isfinite(actions) | (actions != np.round(actions))
             if bad.any():

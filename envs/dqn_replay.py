@@ -30,7 +30,12 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec, WrapperSpec
 from tqdm.auto import tqdm
 
-from rltrans.envs.dataset_checks import check_actions, check_finite, read_npy_header
+from rltrans.envs.dataset_checks import (
+    check_actions,
+    check_finite,
+    check_returns,
+    read_npy_header,
+)
 from rltrans.envs.dqn_replay_files import (
     ALE_MAX_ACTIONS,
     DOPAMINE_MAX_EPISODE_STEPS,
@@ -87,6 +92,7 @@ def _check_values(
         where = f"{paths['action']} (num_actions={num_actions})"
         check_actions(actions, gym.spaces.Discrete(num_actions), where)
     check_finite(rewards, str(paths["reward"]), "reward")
+    check_returns(rewards, str(paths["reward"]))  # bounds every episode's return-to-go
 
 
 def _load_checkpoint(

@@ -118,12 +118,16 @@ def _check_hdf5(path: Path, count: int, meta_path: Path) -> int:
     file_size = path.stat().st_size
     with h5py.File(path, "r") as f:
         names = set(f.keys())
-        expected = {f"episode_{i}" for i in range(min(count, len(names) + 1))}
-        if len(names) != count or names != expected:
-            odd = sorted(names - expected)[:1]
-            extra = f", among them {odd[0]!r} (expected episode_0, episode_1, ...)" if odd else ""
+        held = len(names)
+        odd = sorted(names - {f"episode_{i}" for i in range(held)})
+        if odd:
             raise DatasetError(
-                f"{meta_path}: total_episodes={count} but {path} holds {len(names)} episodes{extra}"
+                f"{path}: group {odd[0]!r} is not an episode (expected episode_0 .. "
+                f"episode_{held - 1})"
+            )
+        if held != count:
+            raise DatasetError(
+                f"{meta_path}: total_episodes={count} but {path} holds {held} episodes"
             )
         return sum(_check_episode(f[f"episode_{i}"], file_size, str(path)) for i in range(count))
 

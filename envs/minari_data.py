@@ -25,7 +25,7 @@ from minari.dataset.minari_dataset import parse_dataset_id
 from minari.storage.datasets_root_dir import get_dataset_path
 from tqdm.auto import tqdm
 
-from rltrans.envs.dataset_checks import check_actions, check_finite
+from rltrans.envs.dataset_checks import check_actions, check_finite, check_returns
 from rltrans.envs.minari_checks import HDF5_FILE, check_minari_files
 from rltrans.envs.offline import DatasetError, Episode, OfflineDataset, make_eval_env_fn
 
@@ -127,7 +127,9 @@ def _check_values(ep: Any, dataset: Any, where: str) -> None:
             f"{', '.join(map(str, space.shape))}) for {space}"
         )
     check_finite(obs, where, "observations")
-    check_finite(np.asarray(ep.rewards), where, "rewards")
+    rewards = np.asarray(ep.rewards)
+    check_finite(rewards, where, "rewards")
+    check_returns(rewards, where)
     check_actions(np.asarray(ep.actions), dataset.action_space, where)
 
 
