@@ -36,9 +36,6 @@ __all__ = [
 DEFLATE_MAX_RATIO = 1032
 # Headers, block overhead: what a tiny file may hold beyond the ratio.
 SIZE_SLACK = 2**16
-# Elements of one observation or action row a dataset's metadata may declare (an 8K RGB
-# frame is 2^25): the same cap as the configs' MAX_SPACE_SIZE (rltrans.config.keys).
-MAX_ROW_ELEMENTS = 2**26
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 

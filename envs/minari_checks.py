@@ -1,11 +1,11 @@
 """What a local Minari dataset's files declare, checked before Minari reads them.
 
 ``minari.load_dataset`` allocates from the metadata before it reads any episode: an index
-array of ``total_episodes`` entries (10^9 of them are 8 GB) and the bounds of each space's
-``shape``; reading an episode then allocates every HDF5 array at the shape its header
-declares, whatever the file stores. So the metadata's counts and space sizes are compared
-with the data file first, and each episode's arrays with the bytes the file holds for them,
-then their sum with this machine's memory. Each check reads headers only.
+array of ``total_episodes`` entries (10^9 of them are 8 GB); reading an episode then
+allocates every HDF5 array at the shape its header declares, whatever the file stores. So
+the metadata's episode count is compared with the data file first, and each episode's
+arrays with the bytes the file holds for them, then their sum with this machine's memory.
+Each check reads headers only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import h5py
 
 from rltrans.envs.dataset_checks import (
     DEFLATE_MAX_RATIO,
-    MAX_ROW_ELEMENTS,
     SIZE_SLACK,
     check_fits_memory,
     gib,
@@ -36,39 +35,14 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _space_elements(node: Any) -> int:
-    """Elements of every ``shape`` a serialized space declares (Dict and Tuple included)."""
-    if isinstance(node, dict):
-        shape = node.get("shape")
-        own = 0
-        if isinstance(shape, list) and all(_whole(n) for n in shape):
-            own = math.prod(shape)
-        return own + sum(_space_elements(v) for k, v in node.items() if k != "shape")
-    if isinstance(node, list):
-        return sum(_space_elements(v) for v in node)
-    return 0
-
-
 def _check_metadata(meta: Any, path: Path) -> int:
-    """The metadata's episode count, after checking its counts and space sizes."""
+    """The metadata's episode count, after checking its counts."""
     if not isinstance(meta, dict):
         raise DatasetError(f"{path}: holds {type(meta).__name__}, expected a JSON object")
     for key in ("total_episodes", "total_steps"):
         value = meta.get(key)
         if not _whole(value):
             raise DatasetError(f"{path}: {key}={value!r}; expected a whole number >= 0")
-    for key in ("observation_space", "action_space"):
-        text = meta.get(key)
-        try:
-            space = json.loads(text) if isinstance(text, str) else None
-        except ValueError:
-            continue  # Minari's own reader says what is wrong with it
-        elements = _space_elements(space)
-        if elements > MAX_ROW_ELEMENTS:
-            raise DatasetError(
-                f"{path}: {key} declares {elements} elements per step; at most "
-                f"{MAX_ROW_ELEMENTS} are read"
-            )
     return meta["total_episodes"]
 
 

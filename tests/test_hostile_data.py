@@ -177,17 +177,6 @@ def test_episode_arrays_that_disagree_on_their_length_are_named(dataset, tmp_pat
     assert f"{dataset / HDF5}: episode_2's arrays disagree on its length" in line
 
 
-def test_a_space_shape_no_step_holds_is_refused_before_minari_builds_it(dataset, tmp_path, capsys):
-    # a scalar bound broadcast to 10^10 elements: gymnasium would allocate 40 GB for it
-    space = {"type": "Box", "dtype": "float32", "shape": [100000, 100000], "low": 0, "high": 1}
-    meta = edit_metadata(dataset, observation_space=json.dumps(space))
-    line = bounded(tmp_path / "run", capsys)
-    assert line == (
-        f"error: dataset 'rltrans/cp-v0': {meta}: observation_space declares 10000000000 "
-        f"elements per step; at most 67108864 are read"
-    )
-
-
 # ----------------------------------------------------------------------------- DQN Replay
 
 DQN = ["algo.dqn_replay.check_size=false", "algo.eval_episodes=0", "dataset=pong-mixed-v0"]
