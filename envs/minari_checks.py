@@ -46,40 +46,53 @@ def _check_metadata(meta: Any, path: Path) -> int:
     return meta["total_episodes"]
 
 
-def _stored_bytes(ds: h5py.Dataset, file_size: int, where: str) -> int:
-    """The bytes ``ds`` will take in memory, after checking the file can hold them."""
-    declared = math.prod(ds.shape or ()) * ds.dtype.itemsize
+def _stored_bytes(name: str, ds: Any, file_size: int, where: str) -> int:
+    """The bytes dataset ``ds`` (a low-level DatasetID) will take in memory, after checking
+    that the file can hold them."""
+    declared = math.prod(ds.shape) * ds.dtype.itemsize
     if ds.dtype.kind == "O":  # variable-length (JPEG frames): decoded sizes follow the space
         return declared
-    stored = ds.id.get_storage_size()
-    filtered = ds.id.get_create_plist().get_nfilters() > 0  # compressed chunks
+    stored = ds.get_storage_size()
+    filtered = ds.get_create_plist().get_nfilters() > 0  # compressed chunks
     most = stored * (DEFLATE_MAX_RATIO if filtered else 1) + SIZE_SLACK
     if stored > file_size or declared > most:
         raise DatasetError(
-            f"{where}: {ds.name.lstrip('/')} declares shape {ds.shape} ({gib(declared)}) but "
-            f"the file stores {gib(min(stored, file_size))} of it"
+            f"{where}: {name} declares shape {ds.shape} ({gib(declared)}) but the file "
+            f"stores {gib(min(stored, file_size))} of it"
         )
     return declared
 
 
-def _check_episode(group: Any, file_size: int, where: str) -> int:
+def _datasets(group: Any) -> dict[str, Any]:
+    """Every dataset under an HDF5 group, by path relative to it (low-level ids: opening
+    thousands of episodes through h5py's objects would cost more than reading them)."""
+    found: dict[str, Any] = {}
+
+    def visit(path: bytes) -> None:
+        obj = h5py.h5o.open(group, path)
+        if isinstance(obj, h5py.h5d.DatasetID):
+            found[path.decode()] = obj
+
+    h5py.h5o.visit(group, visit)
+    return found
+
+
+def _check_episode(f: h5py.File, name: str, file_size: int, where: str) -> int:
     """One episode group: arrays the file can hold, rows that agree; the bytes it needs."""
-    if not isinstance(group, h5py.Group):
-        raise DatasetError(f"{where}: {group.name.lstrip('/')} is not an episode group")
-    arrays: list[h5py.Dataset] = []
-    group.visititems(lambda _, obj: arrays.append(obj) if isinstance(obj, h5py.Dataset) else None)
-    total = sum(_stored_bytes(ds, file_size, where) for ds in arrays)
-    name = group.name.lstrip("/")
-    present = [key for key in STEP_FIELDS if isinstance(group.get(key), h5py.Dataset)]
-    rows = {key: group[key].shape for key in present}
+    group = h5py.h5o.open(f.id, name.encode())
+    if not isinstance(group, h5py.h5g.GroupID):
+        raise DatasetError(f"{where}: {name} is not an episode group")
+    arrays = _datasets(group)
+    total = sum(_stored_bytes(f"{name}/{k}", ds, file_size, where) for k, ds in arrays.items())
+    rows = {key: arrays[key].shape for key in STEP_FIELDS if key in arrays}
     lengths = {shape[0] if shape else None for shape in rows.values()}
     if len(lengths) > 1 or None in lengths:
         raise DatasetError(f"{where}: {name}'s arrays disagree on its length: {rows}")
     t = lengths.pop() if lengths else None
     if t == 0:
         raise DatasetError(f"{where}: {name} has no steps")
-    obs = group.get("observations")
-    if t is not None and isinstance(obs, h5py.Dataset) and obs.shape[:1] != (t + 1,):
+    obs = arrays.get("observations")
+    if t is not None and obs is not None and obs.shape[:1] != (t + 1,):
         raise DatasetError(
             f"{where}: {name}/observations has shape {obs.shape}; an episode of {t} steps "
             f"stores {t + 1} observations (the last is the final one)"
@@ -103,7 +116,7 @@ def _check_hdf5(path: Path, count: int, meta_path: Path) -> int:
             raise DatasetError(
                 f"{meta_path}: total_episodes={count} but {path} holds {held} episodes"
             )
-        return sum(_check_episode(f[f"episode_{i}"], file_size, str(path)) for i in range(count))
+        return sum(_check_episode(f, f"episode_{i}", file_size, str(path)) for i in range(count))
 
 
 def _check_arrow(data: Path, count: int, meta_path: Path) -> None:
