@@ -169,9 +169,9 @@ def load_dqn_replay(
         >>> data["observations"].shape, data["actions"].dtype  # doctest: +SKIP
         ((1000000, 1, 84, 84), dtype('int32'))
     """
-    (game, run, epoch_list), name = resolve_dataset(game_or_id, run, epochs)
+    (game, run, epoch_list), _ = resolve_dataset(game_or_id, run, epochs)
     found = [find_checkpoint(game, run, epoch, root) for epoch in epoch_list]
-    check_checkpoints(found, check_size, name)
+    check_checkpoints(found, check_size)
     shards = []
     with tqdm(total=4 * len(epoch_list), desc=f"loading {game}/{run}", disable=not progress) as bar:
         for paths in found:
@@ -320,7 +320,7 @@ def dqn_replay_episodes(
     # add_count and every header first: a missing file or a size no file holds should fail
     # before minutes of decompression.
     counts = [_read_add_count(p["add_count"]) if order == "chronological" else 0 for p in found]
-    check_checkpoints(found, check_size, name)
+    check_checkpoints(found, check_size)
     with tqdm(total=4 * len(epoch_list), desc=f"loading {game}/{run}", disable=not progress) as bar:
         for paths, add_count in zip(found, counts, strict=True):
             arrays = _load_checkpoint(paths, check_size, bar, num_actions)

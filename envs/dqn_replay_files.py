@@ -211,10 +211,12 @@ def _check_checkpoint(paths: dict[str, Path], check_size: bool) -> int:
     return sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in headers.values())
 
 
-def check_checkpoints(found: list[dict[str, Path]], check_size: bool, name: str) -> None:
+def check_checkpoints(found: list[dict[str, Path]], check_size: bool) -> None:
     """Every checkpoint's headers, then their sum against this machine's memory: a lying
     or oversized file fails before minutes of decompression."""
-    check_fits_memory(sum(_check_checkpoint(paths, check_size) for paths in found), name)
+    declared = sum(_check_checkpoint(paths, check_size) for paths in found)
+    folders = sorted({str(paths["observation"].parent) for paths in found})
+    check_fits_memory(declared, ", ".join(folders))
 
 
 __all__ = [

@@ -253,3 +253,27 @@ def test_a_dqn_replay_header_the_file_does_not_hold_is_refused_at_once(
     assert time.perf_counter() - start < SECONDS
     assert peak_mb() - start_mb < GROWTH_MB
     assert line.startswith(f"{paths['observation']}: {expected}"), line
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+@pytest.mark.parametrize("kind", ["minari", "dqn_replay"])
+def test_data_larger_than_this_machines_memory_is_refused_before_it_is_read(
+    kind, dataset, tmp_path, capsys, monkeypatch
+):
+    import rltrans.envs.dataset_checks as checks
+
+    monkeypatch.setattr(checks, "physical_memory", lambda: 2**10)  # a 1 KiB machine
+    if kind == "minari":
+        line = refused_dt(tmp_path / "run", capsys)
+        where = f"dataset 'rltrans/cp-v0': {dataset / HDF5}"
+    else:
+        shard(tmp_path / "dqn")
+        line = "error: dataset 'pong-mixed-v0': " + refused_dqn(tmp_path / "dqn", tmp_path, capsys)
+        where = f"dataset 'pong-mixed-v0': {tmp_path / 'dqn' / 'Pong' / '1' / 'replay_logs'}"
+    assert line.startswith(f"error: {where}: the files declare "), line
+    assert line.endswith(
+        "of arrays, more than this machine's 1.0 KiB of memory; load fewer epochs "
+        "or use a larger machine"
+    ), line
