@@ -27,6 +27,7 @@ __all__ = [
     "check_finite",
     "check_fits_memory",
     "check_returns",
+    "first_line",
     "gib",
     "read_npy_header",
 ]
@@ -45,6 +46,12 @@ def gib(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def first_line(err: BaseException) -> str:
+    """An exception's first line of text (its type's name when it has none)."""
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 def _position(bad: np.ndarray) -> tuple[tuple[int, ...], int]:
@@ -150,8 +157,7 @@ def read_npy_header(f: IO[bytes], path: Any) -> tuple[tuple[int, ...], np.dtype]
         else:
             raise ValueError(f"unsupported .npy format version {version}")
     except (ValueError, SyntaxError, TypeError, EOFError, OSError, zlib.error) as err:
-        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DatasetError(f"{path}: not a readable .npy array ({text})") from None
+        raise DatasetError(f"{path}: not a readable .npy array ({first_line(err)})") from None
     if fortran and len(shape) > 1:
         raise DatasetError(f"{path}: a Fortran-ordered array, which np.save never writes here")
     return tuple(int(n) for n in shape), np.dtype(dtype)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from rltrans.envs.dataset_checks import (
     check_actions,
     check_finite,
     check_returns,
+    first_line,
     read_npy_header,
 )
 from rltrans.envs.dqn_replay_files import (
@@ -75,7 +77,10 @@ def _load_array(path: Path, name: str, check_size: bool) -> np.ndarray:
         shape, dtype = read_npy_header(f, path)
         check_npy_header(path, name, shape, dtype, check_size)
         f.seek(0)  # the header was only looked at: np.load reads it again, then the data
-        array = np.load(f, allow_pickle=False)
+        try:
+            array = np.load(f, allow_pickle=False)
+        except (ValueError, EOFError, OSError, zlib.error) as err:  # a payload cut short
+            raise DatasetError(f"{path}: {first_line(err)}") from None
     if array.shape != shape or array.dtype != dtype:  # a stream that changed under us
         raise DatasetError(f"{path}: read {array.dtype}{array.shape}, declared {dtype}{shape}")
     return array

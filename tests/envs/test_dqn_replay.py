@@ -377,3 +377,11 @@ def test_headers_are_checked_before_any_file_is_decompressed(tmp_path, checkpoin
     with pytest.raises(DatasetError, match="declares 10000000 rows; .* at most 1000000"):
         load_eps(tmp_path)
     assert not loads, "an array was read before every header was checked"
+
+
+def test_a_payload_shorter_than_its_header_names_the_file(tmp_path, checkpoint):
+    paths = write(tmp_path, checkpoint[0])
+    raw = gzip.decompress(paths["reward"].read_bytes())
+    paths["reward"].write_bytes(gzip.compress(raw[:-40]))  # ten rewards short
+    with pytest.raises(DatasetError, match=r"reward_ckpt\.1\.gz: EOF: reading array data"):
+        load_eps(tmp_path)
