@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -30,8 +31,15 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec, WrapperSpec
 from tqdm.auto import tqdm
 
+from rltrans.envs.dataset_checks import (
+    check_actions,
+    check_finite,
+    check_returns,
+    first_line,
+    read_npy_header,
+)
 from rltrans.envs.dqn_replay_files import (
-    CHECKPOINT_SIZE,
+    ALE_MAX_ACTIONS,
     DOPAMINE_MAX_EPISODE_STEPS,
     DTYPES,
     FRAME_SHAPE,
@@ -40,12 +48,14 @@ from rltrans.envs.dqn_replay_files import (
     D4RLAtariId,
     Layout,
     capitalize_game_name,
+    check_checkpoints,
+    check_npy_header,
     checkpoint_paths,
     find_checkpoint,
     parse_d4rl_atari_id,
     resolve_dataset,
 )
-from rltrans.envs.offline import Episode, OfflineDataset
+from rltrans.envs.offline import DatasetError, Episode, OfflineDataset
 
 __all__ = [
     "D4RLAtariId",
@@ -64,34 +74,41 @@ __all__ = [
 
 def _load_array(path: Path, name: str, check_size: bool) -> np.ndarray:
     with gzip.open(path, "rb") as f:
-        array = np.load(f, allow_pickle=False)
-    want = np.dtype(DTYPES[name])
-    if array.dtype != want:
-        raise ValueError(
-            f"{path}: dtype {array.dtype}, expected {want} for DQN Replay {name} files"
-        )
-    tail = FRAME_SHAPE if name == "observation" else ()
-    if array.ndim != 1 + len(tail) or array.shape[1:] != tail:
-        raise ValueError(f"{path}: shape {array.shape}, expected (N, {', '.join(map(str, tail))})")
-    if check_size and len(array) != CHECKPOINT_SIZE:
-        raise ValueError(
-            f"{path}: {len(array)} rows, a DQN Replay checkpoint has {CHECKPOINT_SIZE}; "
-            f"pass check_size=False for small fixtures"
-        )
+        shape, dtype = read_npy_header(f, path)
+        check_npy_header(path, name, shape, dtype, check_size)
+        f.seek(0)  # the header was only looked at: np.load reads it again, then the data
+        try:
+            array = np.load(f, allow_pickle=False)
+        except (ValueError, EOFError, OSError, zlib.error) as err:  # a payload cut short
+            raise DatasetError(f"{path}: {first_line(err)}") from None
+    if array.shape != shape or array.dtype != dtype:  # a stream that changed under us
+        raise DatasetError(f"{path}: read {array.dtype}{array.shape}, declared {dtype}{shape}")
     return array
 
 
-def _load_checkpoint(paths: dict[str, Path], check_size: bool, bar: tqdm) -> list[np.ndarray]:
+def _check_values(
+    arrays: list[np.ndarray], paths: dict[str, Path], num_actions: int | None
+) -> None:
+    """Refuse actions outside the action set and rewards that are not finite."""
+    _, actions, rewards, _ = arrays
+    if num_actions is None:  # the space is sized from the data, within ALE's action set
+        check_actions(actions, gym.spaces.Discrete(ALE_MAX_ACTIONS), f"{paths['action']}")
+    else:
+        where = f"{paths['action']} (num_actions={num_actions})"
+        check_actions(actions, gym.spaces.Discrete(num_actions), where)
+    check_finite(rewards, str(paths["reward"]), "reward")
+    check_returns(rewards, str(paths["reward"]))  # bounds every episode's return-to-go
+
+
+def _load_checkpoint(
+    paths: dict[str, Path], check_size: bool, bar: tqdm, num_actions: int | None = None
+) -> list[np.ndarray]:
     arrays = []
     for name in NAMES:
         bar.set_postfix_str(str(paths[name].name))
         arrays.append(_load_array(paths[name], name, check_size))
         bar.update(1)
-    if len({len(a) for a in arrays}) != 1:
-        lengths = {n: len(a) for n, a in zip(NAMES, arrays, strict=True)}
-        raise ValueError(
-            f"checkpoint files disagree on length: {lengths} ({paths['observation'].parent})"
-        )
+    _check_values(arrays, paths, num_actions)
     return arrays  # [observation (N,84,84), action (N,), reward (N,), terminal (N,)]
 
 
@@ -158,12 +175,12 @@ def load_dqn_replay(
         ((1000000, 1, 84, 84), dtype('int32'))
     """
     (game, run, epoch_list), _ = resolve_dataset(game_or_id, run, epochs)
+    found = [find_checkpoint(game, run, epoch, root) for epoch in epoch_list]
+    check_checkpoints(found, check_size)
     shards = []
     with tqdm(total=4 * len(epoch_list), desc=f"loading {game}/{run}", disable=not progress) as bar:
-        for epoch in epoch_list:
-            shards.append(
-                _load_checkpoint(find_checkpoint(game, run, epoch, root), check_size, bar)
-            )
+        for paths in found:
+            shards.append(_load_checkpoint(paths, check_size, bar))
     if len(shards) == 1:
         obs, actions, rewards, terminals = shards[0]  # no copy for the usual single epoch
     else:
@@ -297,24 +314,27 @@ def dqn_replay_episodes(
     ):
         if value not in valid:
             raise ValueError(f"{name}={value!r}; valid: {list(valid)}")
+    if num_actions is not None and not (
+        isinstance(num_actions, int) and 1 <= num_actions <= ALE_MAX_ACTIONS
+    ):
+        raise ValueError(f"num_actions={num_actions!r}; valid: an integer in 1..{ALE_MAX_ACTIONS}")
     (game, run, epoch_list), name = resolve_dataset(game_or_id, run, epochs)
     episodes: list[Episode] = []
     headless: list[bool] = []
+    found = [find_checkpoint(game, run, epoch, root) for epoch in epoch_list]
+    # add_count and every header first: a missing file or a size no file holds should fail
+    # before minutes of decompression.
+    counts = [_read_add_count(p["add_count"]) if order == "chronological" else 0 for p in found]
+    check_checkpoints(found, check_size)
     with tqdm(total=4 * len(epoch_list), desc=f"loading {game}/{run}", disable=not progress) as bar:
-        for epoch in epoch_list:
-            paths = find_checkpoint(game, run, epoch, root)
-            # add_count first: a missing file should fail before minutes of decompression.
-            add_count = _read_add_count(paths["add_count"]) if order == "chronological" else 0
-            arrays = _load_checkpoint(paths, check_size, bar)
+        for paths, add_count in zip(found, counts, strict=True):
+            arrays = _load_checkpoint(paths, check_size, bar, num_actions)
             shift = add_count % len(arrays[0])  # storage row of the oldest transition
             eps, heads = _split_checkpoint(arrays, shift, padding, partial, max_episode_steps)
             episodes += eps
             headless += heads
-    max_action = max((int(ep.actions.max()) for ep in episodes if len(ep)), default=0)
-    if num_actions is None:
-        num_actions = max_action + 1
-    elif num_actions <= max_action:
-        raise ValueError(f"num_actions={num_actions} but the data holds action {max_action}")
+    if num_actions is None:  # every action was checked at load: 0 <= a < num_actions
+        num_actions = max((int(ep.actions.max()) for ep in episodes if len(ep)), default=0) + 1
     return OfflineDataset(
         episodes=episodes,
         observation_space=gym.spaces.Box(0, 255, FRAME_SHAPE, np.uint8),
@@ -335,6 +355,10 @@ def _read_add_count(path: Path) -> int:
             f"(use order='index' for d4rl-atari's plain row order)"
         )
     with gzip.open(path, "rb") as f:
+        shape, dtype = read_npy_header(f, path)
+        if shape != () or dtype.kind not in "iu":
+            raise DatasetError(f"{path}: {dtype}{shape}, expected one integer (add_count)")
+        f.seek(0)
         return int(np.load(f, allow_pickle=False))
 
 

@@ -1,10 +1,12 @@
 """Where a DQN Replay (Agarwal et al. 2020) dataset's files are: the d4rl-atari ids that name
 a checkpoint (``pong-mixed-v0``, ``breakout-epoch-3-v1``), the bucket's and d4rl-atari's
-folder layouts, and the file format's constants. :mod:`rltrans.envs.dqn_replay` reads them.
+folder layouts, the file format's constants, and what a file's header may declare.
+:mod:`rltrans.envs.dqn_replay` reads them.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 from collections.abc import Sequence
@@ -13,9 +15,19 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
+from rltrans.envs.dataset_checks import (
+    DEFLATE_MAX_RATIO,
+    SIZE_SLACK,
+    check_fits_memory,
+    gib,
+    read_npy_header,
+)
+from rltrans.envs.offline import DatasetError
+
 NAMES = ("observation", "action", "reward", "terminal")
 DTYPES = {"observation": np.uint8, "action": np.int32, "reward": np.float32, "terminal": np.uint8}
 CHECKPOINT_SIZE = 1_000_000  # Dopamine replay capacity: rows per checkpoint
+ALE_MAX_ACTIONS = 18  # ALE's full action set: every game's actions are 0..17
 FRAME_SHAPE = (84, 84)
 SPLIT_EPOCHS = {"mixed": 1, "medium": 10, "expert": 50}  # d4rl-atari's checkpoint suffixes
 NUM_RUNS = 5  # runs 1..5 in the bucket; d4rl-atari's v0..v4
@@ -148,10 +160,72 @@ def find_checkpoint(
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# What a checkpoint's headers may declare, checked before any data is read
+
+
+def check_npy_header(
+    path: Path, name: str, shape: tuple[int, ...], dtype: np.dtype, check_size: bool
+) -> None:
+    """Refuse a header whose dtype, shape or size is not a DQN Replay array's, or that
+    declares more bytes than the compressed file can hold, before anything is allocated."""
+    want = np.dtype(DTYPES[name])
+    if dtype != want:
+        raise DatasetError(f"{path}: dtype {dtype}, expected {want} for DQN Replay {name} files")
+    tail = FRAME_SHAPE if name == "observation" else ()
+    if len(shape) != 1 + len(tail) or shape[1:] != tail:
+        raise DatasetError(f"{path}: shape {shape}, expected (N, {', '.join(map(str, tail))})")
+    rows = shape[0]
+    if rows < 0:
+        raise DatasetError(f"{path}: the header declares {rows} rows")
+    if check_size and rows != CHECKPOINT_SIZE:
+        raise DatasetError(
+            f"{path}: {rows} rows, a DQN Replay checkpoint has {CHECKPOINT_SIZE}; "
+            f"pass check_size=False for small fixtures"
+        )
+    if rows > CHECKPOINT_SIZE:
+        raise DatasetError(
+            f"{path}: the header declares {rows} rows; a DQN Replay checkpoint holds at most "
+            f"{CHECKPOINT_SIZE} (Dopamine's replay capacity)"
+        )
+    declared, size = int(np.prod(shape, dtype=np.int64)) * want.itemsize, path.stat().st_size
+    if declared > DEFLATE_MAX_RATIO * size + SIZE_SLACK:
+        raise DatasetError(
+            f"{path}: the header declares shape {shape} ({gib(declared)}) but the file is "
+            f"{gib(size)}, which decompresses to at most {gib(DEFLATE_MAX_RATIO * size)}"
+        )
+
+
+def _check_checkpoint(paths: dict[str, Path], check_size: bool) -> int:
+    """Check every header of one checkpoint (no data read); the bytes its arrays declare."""
+    headers = {}
+    for name in NAMES:
+        with gzip.open(paths[name], "rb") as f:
+            headers[name] = read_npy_header(f, paths[name])
+        check_npy_header(paths[name], name, *headers[name], check_size)
+    lengths = {n: shape[0] for n, (shape, _) in headers.items()}
+    if len(set(lengths.values())) != 1:
+        raise DatasetError(
+            f"checkpoint files disagree on length: {lengths} ({paths['observation'].parent})"
+        )
+    return sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in headers.values())
+
+
+def check_checkpoints(found: list[dict[str, Path]], check_size: bool) -> None:
+    """Every checkpoint's headers, then their sum against this machine's memory: a lying
+    or oversized file fails before minutes of decompression."""
+    declared = sum(_check_checkpoint(paths, check_size) for paths in found)
+    folders = sorted({str(paths["observation"].parent) for paths in found})
+    check_fits_memory(declared, ", ".join(folders))
+
+
 __all__ = [
+    "ALE_MAX_ACTIONS",
     "D4RLAtariId",
     "Layout",
     "capitalize_game_name",
+    "check_checkpoints",
+    "check_npy_header",
     "checkpoint_paths",
     "dataset_root",
     "find_checkpoint",

@@ -25,7 +25,9 @@ from minari.dataset.minari_dataset import parse_dataset_id
 from minari.storage.datasets_root_dir import get_dataset_path
 from tqdm.auto import tqdm
 
-from rltrans.envs.offline import Episode, OfflineDataset, make_eval_env_fn
+from rltrans.envs.dataset_checks import check_actions, check_finite, check_returns
+from rltrans.envs.minari_checks import HDF5_FILE, check_minari_files
+from rltrans.envs.offline import DatasetError, Episode, OfflineDataset, make_eval_env_fn
 
 __all__ = [
     "CorruptDatasetError",
@@ -114,15 +116,36 @@ class CorruptDatasetError(ValueError):
         )
 
 
+def _check_values(ep: Any, dataset: Any, where: str) -> None:
+    """Refuse an episode whose rewards or observations are not finite or whose actions the
+    action space does not hold (vectorised: one pass per array)."""
+    space = dataset.observation_space
+    obs = np.asarray(ep.observations)
+    if obs.shape[1:] != space.shape:
+        raise DatasetError(
+            f"{where}: observations have shape {obs.shape}, expected (T+1, "
+            f"{', '.join(map(str, space.shape))}) for {space}"
+        )
+    check_finite(obs, where, "observations")
+    rewards = np.asarray(ep.rewards)
+    check_finite(rewards, where, "rewards")
+    check_returns(rewards, where)
+    check_actions(np.asarray(ep.actions), dataset.action_space, where)
+
+
 def _read_episodes(dataset: Any, dataset_id: str, progress: bool) -> list[Episode]:
     """Every episode of a Minari dataset, observations as views (T of the T+1 stored)."""
     episodes = []
+    data = _local_dataset_dir(dataset_id) / "data"
+    hdf5 = dataset.storage.metadata.get("data_format") == "hdf5"
     for ep in tqdm(
         dataset.iterate_episodes(),
         total=dataset.total_episodes,
         desc=f"loading {dataset_id}",
         disable=not progress,
     ):
+        file = data / HDF5_FILE if hdf5 else data / str(ep.id)  # Arrow: a folder per episode
+        _check_values(ep, dataset, f"{file} episode_{ep.id}")
         obs = ep.observations  # (T+1, ...): Minari stores the final observation too
         episodes.append(
             Episode(
@@ -158,6 +181,9 @@ def load_minari(
                 f"Create it locally with `python -m rltrans.collect ...` instead."
             ) from exc
     try:
+        # Sizes the files declare, against the files and the caps, before Minari allocates
+        # from them.
+        check_minari_files(_local_dataset_dir(dataset_id))
         dataset = minari.load_dataset(dataset_id)
         _check_space(dataset.observation_space, "observation", dataset_id)
         _check_space(dataset.action_space, "action", dataset_id)

@@ -20,6 +20,7 @@ from gymnasium.envs.registration import EnvSpec
 
 __all__ = [
     "DATASET_KINDS",
+    "DatasetError",
     "Episode",
     "OfflineDataset",
     "detect_dataset_kind",
@@ -30,6 +31,12 @@ __all__ = [
 
 DatasetKind = Literal["auto", "minari", "dqn_replay"]
 DATASET_KINDS = ("auto", "minari", "dqn_replay")
+
+
+class DatasetError(ValueError):
+    """A dataset's files hold something no reader may use (a NaN reward, an action outside
+    the action space, a size the file cannot hold); the one-line message names the dataset,
+    the file and the value."""
 
 
 @dataclass

@@ -53,3 +53,24 @@ def peak_mb() -> float:
 def snapshot(root: Path) -> set[str]:
     """Every path under ``root``, relative to it."""
     return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@contextlib.contextmanager
+def address_space_limit(extra_mb: int = 1024) -> Iterator[None]:
+    """Cap this process's address space at its present size plus ``extra_mb`` for the block:
+    an allocation sized by a file that lies fails there (MemoryError) instead of taking the
+    machine's memory. Linux only; elsewhere the block runs without a cap."""
+    statm = Path("/proc/self/statm")
+    if not statm.exists():
+        yield
+        return
+    size = int(statm.read_text().split()[0]) * resource.getpagesize()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = size + extra_mb * 2**20
+    resource.setrlimit(
+        resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard)
+    )
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -34,6 +34,7 @@ from rltrans.config.resources import check_resources, wrapper_problems
 from rltrans.envs import make_env
 from rltrans.envs.offline import (
     DATASET_KINDS,
+    DatasetError,
     OfflineDataset,
     detect_dataset_kind,
     env_config_from_spec,
@@ -191,6 +192,8 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
         raise ConfigError(str(err)) from None
     except ConfigError:
         raise
+    except DatasetError as err:  # a value or size no reader may use: the message names it
+        raise ConfigError(f"dataset {str(cfg.dataset)!r}: {err}") from None
     except Exception as err:  # bad bytes of any kind in the user's files
         # A dataset is read from files like a checkpoint: whatever its readers (json, h5py,
         # gzip, NumPy) raise on malformed or hostile bytes is one error line naming it.

@@ -18,6 +18,7 @@ from rltrans.envs.dqn_replay import (
     stack_frames,
     write_dqn_replay_shard,
 )
+from rltrans.envs.offline import DatasetError
 
 PAD = 3  # Dopamine's zero rows before each episode
 
@@ -332,3 +333,55 @@ def test_convert_to_minari_round_trip(tmp_path, monkeypatch):
         np.testing.assert_array_equal(a.final_observation, b.observations[-1])
         np.testing.assert_array_equal(a.actions, b.actions)
         assert (a.terminated, a.truncated) == (b.terminated, b.truncated)
+
+
+# ---------------------------------------------------------------------------------- hostile files
+
+
+def test_actions_outside_the_action_set_are_refused_by_both_readers(tmp_path, checkpoint):
+    arrays, slices = checkpoint
+    arrays[1][slices[1].start + 2] = -3  # a real row of the second episode
+    paths = write(tmp_path, arrays)
+    row = slices[1].start + 2
+    message = rf"action_ckpt\.1\.gz: actions\[{row}\] is -3; Discrete\(18\) holds .* 0\.\.17"
+    with pytest.raises(DatasetError, match=message):
+        load_eps(tmp_path)
+    with pytest.raises(DatasetError, match=message):
+        load_dqn_replay("pong-mixed-v0", root=tmp_path, check_size=False, progress=False)
+    assert paths["action"].is_file()
+
+
+@pytest.mark.parametrize("value", [0, 19, -1, 2.5, "6"])
+def test_num_actions_must_be_an_ale_action_count(tmp_path, checkpoint, value):
+    write(tmp_path, checkpoint[0])
+    with pytest.raises(ValueError, match=rf"num_actions={value!r}; valid: an integer in 1\.\.18"):
+        load_eps(tmp_path, num_actions=value)
+
+
+def test_an_add_count_that_is_no_count_is_refused_before_it_is_read(tmp_path, checkpoint):
+    paths = write(tmp_path, checkpoint[0], add_count=5)
+    with gzip.open(paths["add_count"], "wb") as f:  # a header declaring 8 GB, no data
+        header = {"descr": "<i8", "fortran_order": False, "shape": (10**9,)}
+        np.lib.format.write_array_header_1_0(f, header)
+    with pytest.raises(DatasetError, match=r"int64\(1000000000,\), expected one integer"):
+        load_eps(tmp_path, order="chronological")
+
+
+def test_headers_are_checked_before_any_file_is_decompressed(tmp_path, checkpoint, monkeypatch):
+    paths = write(tmp_path, checkpoint[0])
+    with gzip.open(paths["terminal"], "wb") as f:  # the last file read lies about its rows
+        header = {"descr": "|u1", "fortran_order": False, "shape": (10**7,)}
+        np.lib.format.write_array_header_1_0(f, header)
+    loads = []
+    monkeypatch.setattr(np, "load", lambda *a, **k: loads.append(a))
+    with pytest.raises(DatasetError, match="declares 10000000 rows; .* at most 1000000"):
+        load_eps(tmp_path)
+    assert not loads, "an array was read before every header was checked"
+
+
+def test_a_payload_shorter_than_its_header_names_the_file(tmp_path, checkpoint):
+    paths = write(tmp_path, checkpoint[0])
+    raw = gzip.decompress(paths["reward"].read_bytes())
+    paths["reward"].write_bytes(gzip.compress(raw[:-40]))  # ten rewards short
+    with pytest.raises(DatasetError, match=r"reward_ckpt\.1\.gz: EOF: reading array data"):
+        load_eps(tmp_path)
