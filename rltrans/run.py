@@ -48,6 +48,7 @@ from rltrans.config import (
 )
 from rltrans.config.errors import first_line
 from rltrans.distributed import World
+from rltrans.fsutil import StorageError
 from rltrans.rng import restore_rng_state, rng_state
 from rltrans.run_folder import (
     CONFIG_FILE,
@@ -58,9 +59,11 @@ from rltrans.run_folder import (
     check_entries,
     make_run_dir,
     mark,
+    missing_parents,
     open_run_dir,
     refuse_links,
     remove_created,
+    remove_empty,
     remove_for_overwrite,
     save_config,
 )
@@ -142,6 +145,14 @@ def restoring(source: str) -> Iterator[None]:
         raise CheckpointError(f"{source}: its saved state does not load ({text})") from None
 
 
+def _not_started(err: BaseException, created: bool) -> None:
+    """Raise a full disk's (or read-only folder's) StorageError of a failed start again,
+    saying what the start left behind: nothing it created stays."""
+    if isinstance(err, StorageError):
+        left = "the run folder it created was removed" if created else "nothing was changed"
+        raise StorageError(err.errno, f"{err}; the run did not start ({left})") from None
+
+
 def default_run_dir(name: str, seed: int) -> Path:
     """runs/<name>-s<seed>-<timestamp>-<random>: two runs started in the same second differ."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -205,6 +216,7 @@ class Run:
             return cls._join(cfg, world, device)
         run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(name, cfg.seed)
         lock, created, fd = None, False, None
+        new_parents = missing_parents(run_dir)  # what a failed start removes again
         try:
             # The lock comes first: a process that fails to take it removes nothing. A folder
             # that is not rltrans's is refused before anything (the lock file) is written in it.
@@ -218,8 +230,11 @@ class Run:
         except BaseException as err:
             if fd is not None:
                 os.close(fd)
+            if created:  # e.g. a full disk refused the lock file (acquire removed it)
+                remove_empty([run_dir, *new_parents])
             distributed.broadcast_object(("error", str(err) or type(err).__name__))
             distributed.shutdown()
+            _not_started(err, created)
             raise
         try:
             check_entries(run_dir, fd)
@@ -234,10 +249,12 @@ class Run:
         except BaseException as err:
             if created:
                 remove_created(run_dir, fd, lock)
+                remove_empty(new_parents)
             lock.release(remove=lock.created)  # a refused folder is left as it was found
             os.close(fd)
             distributed.broadcast_object(("error", str(err) or type(err).__name__))
             distributed.shutdown()
+            _not_started(err, created)
             raise
         distributed.broadcast_object(("ok", str(run_dir)))
         return run
@@ -332,6 +349,20 @@ class Run:
             raise RuntimeError(f"run {self.dir} is closed; it saves nothing more")
         return self.checkpoints.save(step, self.payload(step, *args, **kwargs))
 
+    def storage_stop(self, step: int, err: StorageError) -> StorageError:
+        """The one line for a write the file system refused mid-run (a full disk, at a
+        checkpoint or an event flush): what failed, the newest complete checkpoint, and how to
+        go on once there is space."""
+        newest = _newest(self.checkpoints)
+        if newest is None:
+            how = "it has no checkpoint yet: free space, then start it again"
+        else:
+            how = (
+                f"its newest complete checkpoint is {newest}: free space, then continue from it "
+                f"with `python -m rltrans.train resume=true run_dir={self.dir}`"
+            )
+        return StorageError(err.errno, f"{err}; training stopped at step {step}, {how}")
+
     def resume(
         self, agent: torch.nn.Module, learner: Any, spaces: tuple[gym.Space, gym.Space]
     ) -> int:
@@ -382,6 +413,19 @@ class Run:
         """Path of the newest complete checkpoint, for the summary line."""
         latest = self.checkpoints.latest()
         return str(latest) if latest else None
+
+
+def _newest(checkpoints: CheckpointManager) -> str | None:
+    """The newest complete checkpoint in words: its step file (``= last.pt`` when that is the
+    same file), else :meth:`CheckpointManager.latest`; None when there is none."""
+    latest = checkpoints.latest()
+    if latest is not None and latest == checkpoints.last_path:  # a hard link to a step file
+        with contextlib.suppress(OSError):
+            mine = os.stat(latest)
+            for _, path in reversed(checkpoints.checkpoints()):
+                if os.path.samestat(mine, os.stat(path)):
+                    return f"{path} (= last.pt)"
+    return None if latest is None else str(latest)
 
 
 def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
