@@ -35,7 +35,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rltrans import distributed
-from rltrans.accel.threads import set_threads
+from rltrans.accel import threads as accel_threads
 from rltrans.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -47,6 +47,7 @@ from rltrans.config import (
     to_container,
 )
 from rltrans.config.errors import first_line
+from rltrans.config.resources import check_threads
 from rltrans.distributed import World
 from rltrans.fsutil import StorageError
 from rltrans.rng import restore_rng_state, rng_state
@@ -96,6 +97,13 @@ def _learner_device(cfg: DictConfig, world: World) -> torch.device:
     if world.distributed and device.type == "cuda" and device.index is None:
         device = torch.device("cuda", world.local_rank)
     return device
+
+
+def set_threads(threads: int | str | None) -> None:
+    """Set torch's intra-op threads (:func:`rltrans.accel.threads.set_threads`) once their
+    stacks are known to fit this process (ConfigError, before any thread starts)."""
+    check_threads(threads)
+    accel_threads.set_threads(threads)
 
 
 def setup(cfg: DictConfig) -> torch.device:
