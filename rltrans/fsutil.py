@@ -117,8 +117,12 @@ def open_dir(
     following a link at its last component; created first (mode 0o755) with ``create``.
     Raises UnsafePathError for a link or anything else that is not a folder."""
     if create:
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(path, 0o755, dir_fd=dir_fd)
+        except FileExistsError:
+            pass
+        except OSError as err:  # a full disk (a new folder needs a block) or a read-only one
+            raise refused_write(f"the folder {path}", err) or err from None
     try:
         return os.open(path, DIR_FLAGS, dir_fd=dir_fd)
     except OSError as err:

@@ -113,7 +113,8 @@ class MetricLogger:
             # Imported here: tensorboard takes about a second to import and is optional at runtime.
             from torch.utils.tensorboard import SummaryWriter
 
-            self._fds = _open_tb(self.run_dir, dir_fd)
+            with self._events():  # a full disk: a new folder needs a block too
+                self._fds = _open_tb(self.run_dir, dir_fd)
             _quiet_writer_threads()
             try:
                 log_dir = _through_fd(self._fds[1], self.tb_dir)
@@ -177,10 +178,13 @@ class MetricLogger:
         try:
             yield
         except Exception as err:
-            refused = fsutil.refused_write(f"TensorBoard events in {self.tb_dir}", err)
-            if refused is None:
+            cause = fsutil.storage_cause(err)
+            if cause is None:
                 raise
-            raise refused from None
+            raise fsutil.StorageError(
+                cause.errno, f"cannot write TensorBoard events in {self.tb_dir}: "
+                f"{os.strerror(cause.errno)}"
+            ) from None  # fmt: skip
 
     def _check_tb(self) -> None:
         """UnsafePathError unless ``tb/`` is still the real folder this logger opened."""

@@ -109,6 +109,18 @@ def test_a_full_disk_under_the_event_files_is_one_line_too(tmp_path, monkeypatch
     err = one_error_line(capsys)  # also: no "Exception in thread" traceback of the writer
     assert f"cannot write TensorBoard events in {run / 'tb'}: {FULL}" in err, err
     assert "training stopped at step" in err, err
+    monkeypatch.undo()
+    mkdir = os.mkdir
+
+    def full_for_tb(path, mode=0o777, *, dir_fd=None):  # a new folder needs a block too
+        if str(path) == "tb":
+            raise OSError(errno.ENOSPC, FULL)
+        return mkdir(path, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "mkdir", full_for_tb)
+    assert train_main([*RUN, f"run_dir={tmp_path / 'run2'}", "tensorboard=true"]) == 2
+    err = one_error_line(capsys)
+    assert f"cannot write TensorBoard events in {tmp_path / 'run2' / 'tb'}: {FULL}" in err, err
 
 
 def test_a_collection_that_the_disk_cannot_hold_is_refused_before_writing(
