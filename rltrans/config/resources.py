@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import resource
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +66,8 @@ DEFAULT_STACK = 2 * 2**20
 
 def _stack_bytes() -> int:
     """The stack a new thread reserves: ``ulimit -s`` (OMP_STACKSIZE where smaller)."""
+    import resource
+
     soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
     stack = DEFAULT_STACK if soft == resource.RLIM_INFINITY else soft
     given = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)\s*", os.environ.get("OMP_STACKSIZE", ""), re.I)
@@ -92,6 +93,10 @@ def thread_problems(threads: Any, key: str = "torch_threads") -> list[str]:
     """One line when ``threads`` torch threads' stacks alone exceed the address space this
     process may still map (``ulimit -v``): the threads would fail to start, or leave no room
     for the next allocation (a MemoryError far from the cause); else none."""
+    try:
+        import resource  # POSIX only: elsewhere no ulimit -v to count against
+    except ImportError:
+        return []
     limit = resource.getrlimit(resource.RLIMIT_AS)[0]
     if limit == resource.RLIM_INFINITY or type(threads) is not int or threads < 2:
         return []
