@@ -65,7 +65,13 @@ def plan(*overrides: str, **options: Any) -> RunPlan:
 
     A keyword that names a config group (``agent``, ``env``, ``algo``, ``runtime``) with a
     string picks its option; a mapping sets the keys below a name (``env={"num_envs": 8}``);
-    any other keyword is a dotted key and its value. Raises ConfigError for a bad one."""
+    any other keyword is a dotted key and its value. Raises ConfigError for a bad one.
+
+    A keyword's value is a Python value, never parsed: a string holding ``${...}`` is refused
+    rather than resolved (``run_dir="${oc.env:HOME}/x"`` would read the environment, and a
+    config holding one could not be saved: run folders and checkpoints refuse it). An
+    override string (``plan("run_dir=${oc.env:HOME}/x")``) is read as the command line reads
+    it, interpolations resolved."""
     args = [*overrides]
     for key, value in options.items():
         args += _overrides(key, value)
@@ -111,6 +117,7 @@ def _overrides(key: str, value: Any) -> list[str]:
         for name, item in value.items():
             out += _overrides(f"{key}.{name}", item)
         return out
+    _refuse_interpolation(key, value)
     if key in config_groups() and isinstance(value, str):
         return [f"{key}={value}"]
     if key in config_groups():
@@ -119,6 +126,22 @@ def _overrides(key: str, value: Any) -> list[str]:
             f"{'gtrxl' if key == 'agent' else '<option>'}) or a mapping of its keys"
         )
     return [f"{key}={_value(value)}"]
+
+
+def _refuse_interpolation(key: str, value: Any) -> None:
+    """ConfigError for a keyword value holding ``${``: Python values are taken literally, and
+    a literal ``${`` could not be kept (rltrans's files refuse interpolations)."""
+    items = value if isinstance(value, list | tuple) else [value]
+    for item in items:
+        if isinstance(item, list | tuple):
+            _refuse_interpolation(key, item)
+        elif not isinstance(item, bool | int | float | type(None)) and "${" in str(item):
+            raise ConfigError(
+                f"{key}={value!r}: a keyword's value is taken literally, never resolved, and a "
+                f"config may not keep a literal ${{...}} (run folders and checkpoints refuse "
+                f"one); give the value itself (os.environ, os.path.expandvars) or the override "
+                f"string plan('{key}=...'), which is resolved as on the command line"
+            )
 
 
 def _value(value: Any) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from rltrans import __version__, fsutil
-from rltrans.fsutil import UnsafePathError
+from rltrans.fsutil import StorageError, UnsafePathError
 from rltrans.spaces import SpaceMismatchError
 
 # Bump when the payload layout changes incompatibly; load refuses newer versions.
@@ -157,14 +157,15 @@ def _unsafe(err: UnsafePathError) -> CheckpointError:
     return CheckpointError(str(err))
 
 
-def _save_into(dir_fd: int, name: str, payload: dict[str, Any]) -> None:
+def _save_into(dir_fd: int, name: str, payload: dict[str, Any], label: str) -> None:
     """Validate ``payload`` and write it with the format keys to ``name`` in the folder
-    ``dir_fd``, atomically, never through a link (see :func:`rltrans.fsutil.writing`)."""
+    ``dir_fd``, atomically, never through a link (see :func:`rltrans.fsutil.writing`); a
+    refused write (a full disk) is a StorageError naming ``label``, the old file intact."""
     validate_payload(payload)
     full = {**payload, "format_version": FORMAT_VERSION, "rltrans_version": __version__}
     try:
         # os.replace is atomic on POSIX and Windows: readers see the old or the new file.
-        with fsutil.writing(name, dir_fd=dir_fd, mode=0o600) as f:
+        with fsutil.writing(name, dir_fd=dir_fd, mode=0o600, label=f"checkpoint {label}") as f:
             torch.save(full, f)
     except UnsafePathError as err:
         raise _unsafe(err) from None
@@ -176,13 +177,14 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> No
     A crash or SIGKILL at any moment leaves either the previous file or the new
     complete one. Raises TypeError naming the key path of anything that
     `torch.load(weights_only=True)` could not read back, and CheckpointError when `path`
-    is a link or a special file (it is never written through).
+    is a link or a special file (it is never written through); StorageError (an OSError) when
+    the file system refuses the write (a full disk), leaving the file at ``path`` as it was.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        _save_into(fd, path.name, payload)
+        _save_into(fd, path.name, payload, str(path))
     finally:
         os.close(fd)
 
@@ -385,18 +387,28 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint folder {self.directory}: {err.strerror}") from None
 
     def save(self, step: int, payload: dict[str, Any]) -> Path:
-        """Write the step checkpoint, point `last.pt` at it, prune old ones; return its path."""
+        """Write the step checkpoint, point `last.pt` at it, prune old ones; return its path.
+        A write the file system refuses (a full disk) raises StorageError; the checkpoints saved
+        before stay intact (nothing is pruned)."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         path = self.step_path(step)
-        fd = self._open()
         try:
-            _remove_stale_temps(fd)
-            _save_into(fd, path.name, payload)
-            self._point_last_at(fd, path.name)
-            self._prune(fd, keep=path.name, step=step)
-        finally:
-            os.close(fd)
+            fd = self._open()
+            try:
+                _remove_stale_temps(fd)
+                _save_into(fd, path.name, payload, str(path))
+                self._point_last_at(fd, path.name)
+                self._prune(fd, keep=path.name, step=step)
+            finally:
+                os.close(fd)
+        except OSError as err:  # the folder, the step file, or last.pt's link or copy
+            refused = fsutil.refused_write(f"checkpoint {path}", err)
+            if refused is None:
+                raise
+            raise StorageError(
+                refused.errno, f"{refused} (those saved before are intact)"
+            ) from None
         return path
 
     def _point_last_at(self, fd: int, name: str) -> None:
@@ -406,12 +418,10 @@ class CheckpointManager:
         except OSError:
             # Filesystems without hard links (some FUSE/SMB mounts): copy instead.
             with (
+                fsutil.writing(temp, dir_fd=fd, mode=0o600) as dst,  # a failed copy: removed
                 os.fdopen(fsutil.open_regular(name, dir_fd=fd, follow=False), "rb") as src,
-                os.fdopen(fsutil.create_new(temp, dir_fd=fd, mode=0o600), "wb") as dst,
             ):
                 shutil.copyfileobj(src, dst)
-                dst.flush()
-                os.fsync(dst.fileno())
         try:
             # Replaces a link at last.pt itself; never writes into what it points to.
             os.replace(temp, self.last_path.name, src_dir_fd=fd, dst_dir_fd=fd)

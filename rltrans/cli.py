@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from rltrans import __version__
 from rltrans.checkpoint import CheckpointError
 from rltrans.config import ConfigError, config_help, load_config
-from rltrans.fsutil import UnsafePathError
+from rltrans.fsutil import StorageError, UnsafePathError
 from rltrans.logging import print_summary
 from rltrans.spaces import SpaceMismatchError
 from rltrans.trainers import stop
@@ -58,7 +58,9 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
         CheckpointError,
         SpaceMismatchError,
         UnsafePathError,
-    ) as err:  # UnsafePathError: a link or a special file met while writing or reading
+        StorageError,
+    ) as err:  # UnsafePathError: a link or a special file met while writing or reading;
+        # StorageError: a write the file system refused (full, read-only), what stayed named
         print(f"error: {err}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line (rank 0's)

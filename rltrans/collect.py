@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import os
 import re
@@ -39,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 from rltrans.accel import thread_tuners
 from rltrans.cli import run_cli
 from rltrans.config import ConfigError
+from rltrans.fsutil import StorageError, check_writable, free_bytes
 from rltrans.policy import check_env_code
 from rltrans.run import building, payload_spaces, setup
 from rltrans.spaces import SpaceMismatchError, check_same_spaces
@@ -221,7 +223,31 @@ def _dataset_path(cfg: DictConfig) -> Path:
     path = Path(get_dataset_path(str(cfg.dataset_id)))
     if path.exists() and not cfg.overwrite:  # fail before collecting, not after
         raise ConfigError(f"dataset {cfg.dataset_id} exists at {path}; pass overwrite=true")
+    check_writable(path, f"dataset {cfg.dataset_id}")  # a read-only datasets root, say
     return path
+
+
+def _check_room(dataset_id: str, path: Path, episodes: list[Any]) -> None:
+    """StorageError before writing when the disk cannot hold the episodes: HDF5 fails a
+    full disk's write inside its own cleanup (a segfault, not an error a caller can catch)."""
+    free = free_bytes(check_writable(path, f"dataset {dataset_id}"))
+    if free is None:
+        return
+    if path.is_dir():  # overwrite=true: the old dataset is removed first
+        free += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    # Arrays as stored (T+1 observations, actions, rewards, two flags) and HDF5's layout:
+    # about 15 KB per episode's group (200 CartPole episodes took 3.0 MB for 150 KB of data).
+    need = 2**16 + sum(
+        ep.observations.nbytes * (len(ep) + 1) // max(1, len(ep))
+        + ep.actions.nbytes + ep.rewards.nbytes + 2 * len(ep) + 2**14
+        for ep in episodes
+    )  # fmt: skip
+    if need > free:
+        raise StorageError(
+            errno.ENOSPC, f"cannot write dataset {dataset_id}: its {len(episodes)} episodes "
+            f"need about {need / 2**20:.1f} MiB at {path}, where {free / 2**20:.1f} MiB are "
+            f"free; nothing was written: free space or point MINARI_DATASETS_PATH elsewhere"
+        )  # fmt: skip
 
 
 def collect(cfg: DictConfig) -> dict[str, Any]:
@@ -267,6 +293,7 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
         f"{len(episodes)} episodes of {name}{mix} in {spec.id}, written by rltrans.collect "
         f"(seed {cfg.seed})."
     )
+    _check_room(str(cfg.dataset_id), path, episodes)
     written = write_minari(
         str(cfg.dataset_id),
         episodes,

@@ -7,6 +7,10 @@ in for a folder or a file is refused (:class:`UnsafePathError`) instead of follo
 open a file with ``O_NONBLOCK`` and require a regular file, so a FIFO, socket or device where
 a checkpoint or a config is expected is refused instead of blocking the reader forever.
 
+A write the file system refuses (a full disk, a quota, a read-only or unwritable folder)
+raises :class:`StorageError`, one line naming the file; the temporary file is removed and the
+file it was to replace is left as it was.
+
 Example:
     >>> fd = open_dir("runs/x", create=True)
     >>> write_atomic("config.yaml", b"seed: 1\\n", dir_fd=fd)
@@ -29,6 +33,13 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 DIR_FLAGS = os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC
+# What a file system answers to a write it refuses: full, over quota, read-only, not allowed,
+# too large. Not a fault of rltrans's nor of the data: the user frees space or picks a place.
+STORAGE_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EFBIG")
+    if hasattr(errno, name)
+)
 
 
 class UnsafePathError(OSError):
@@ -37,6 +48,50 @@ class UnsafePathError(OSError):
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()
+
+
+class StorageError(OSError):
+    """The file system refused a write rltrans needs (a full disk, a quota, a read-only or
+    unwritable folder); the message is one line naming the file and what stayed intact."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def storage_cause(err: BaseException | None) -> OSError | None:
+    """The refused write (an OSError of :data:`STORAGE_ERRNOS`) that ``err`` is or was raised
+    while handling: torch.save reports a failed write as a RuntimeError raised from it."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, StorageError):
+            return err
+        is_os = isinstance(err, OSError) and not isinstance(err, UnsafePathError)
+        if is_os and err.errno in STORAGE_ERRNOS:
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def refused_write(what: str, err: BaseException) -> StorageError | None:
+    """A StorageError saying that ``what`` (a file, in words) cannot be written, when ``err``
+    comes from a refused write; None for any other error."""
+    cause = storage_cause(err)
+    if cause is None:
+        return None
+    if isinstance(cause, StorageError):
+        return cause
+    return StorageError(cause.errno, f"cannot write {what}: {os.strerror(cause.errno)}")
+
+
+def loop_error(path: str | os.PathLike[str]) -> UnsafePathError:
+    """The one-line error for a path that crosses a symbolic link loop (ELOOP)."""
+    return UnsafePathError(
+        errno.ELOOP,
+        f"{path} is or passes through a symbolic link loop (links that point at each other, "
+        "or more links in a row than the system follows); rltrans reads and writes only real "
+        "files and folders: remove the links or choose another path",
+    )
 
 
 def kind(mode: int) -> str:
@@ -62,14 +117,23 @@ def open_dir(
     following a link at its last component; created first (mode 0o755) with ``create``.
     Raises UnsafePathError for a link or anything else that is not a folder."""
     if create:
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(path, 0o755, dir_fd=dir_fd)
+        except FileExistsError:
+            pass
+        except OSError as err:  # a full disk (a new folder needs a block) or a read-only one
+            raise refused_write(f"the folder {path}", err) or err from None
     try:
         return os.open(path, DIR_FLAGS, dir_fd=dir_fd)
     except OSError as err:
         if err.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
             raise
-        info = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+        try:
+            info = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError as inner:  # a loop above it: nothing to name but the path
+            if inner.errno == errno.ELOOP:
+                raise loop_error(path) from None
+            raise
         raise UnsafePathError(
             err.errno,
             f"{path} is {kind(info.st_mode)}, not a folder; rltrans writes only into real "
@@ -97,14 +161,24 @@ def open_regular(
     """A read-only descriptor of ``path``, which must be a regular file: a FIFO, socket or
     device is refused (UnsafePathError) without a blocking open, as is a link when ``follow``
     is False. FileNotFoundError when it does not exist."""
-    info = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow)
+    try:
+        info = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise loop_error(path) from None
+        raise
     if not stat.S_ISREG(info.st_mode):
         raise UnsafePathError(
             errno.EINVAL, f"{path} is {kind(info.st_mode)}, not a regular file; rltrans reads "
             "checkpoints, configs and event files only from regular files"
         )  # fmt: skip
     flags = os.O_RDONLY | _NONBLOCK | _CLOEXEC | (0 if follow else _NOFOLLOW)
-    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except OSError as err:  # swapped for a link (loop) since the stat above
+        if err.errno == errno.ELOOP:
+            raise loop_error(path) from None
+        raise
     info = os.fstat(fd)  # swapped since the stat above: check what was opened
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
@@ -163,23 +237,33 @@ def fsync_dir(fd: int) -> None:
 
 
 @contextlib.contextmanager
-def writing(name: str, *, dir_fd: int, mode: int = 0o644) -> Iterator[IO[bytes]]:
+def writing(
+    name: str, *, dir_fd: int, mode: int = 0o644, label: str | None = None
+) -> Iterator[IO[bytes]]:
     """A binary file for the block to fill, then atomically renamed onto ``name`` in the
     folder ``dir_fd`` (a reader sees the old or the new file, never half of one). The data
-    goes to a new file of a unique name; ``name`` may not be a link or a special file."""
+    goes to a new file of a unique name; ``name`` may not be a link or a special file. A write
+    the file system refuses raises StorageError naming ``label`` (default ``name``), with
+    the temporary file removed and ``name`` as it was."""
     refuse_special(name, dir_fd=dir_fd)
     temp = temp_name(name)
-    fd = create_new(temp, dir_fd=dir_fd, mode=mode)
+    try:
+        fd = create_new(temp, dir_fd=dir_fd, mode=mode)
+    except OSError as err:
+        raise refused_write(label or name, err) or err from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp, dir_fd=dir_fd)
-        raise
+        refused = refused_write(label or name, err)
+        if refused is None:
+            raise
+        raise refused from None
     fsync_dir(dir_fd)
 
 
@@ -194,23 +278,82 @@ def write_file(path: Path, fill: Callable[[IO[bytes]], None], *, folder_link: bo
     the file is written atomically through the folder's descriptor and may not be a link or a
     special file. ``folder_link=False``: the folder itself may not be a link either (its
     ancestors may: they are the user's layout, e.g. ``runs -> /scratch/runs``)."""
-    with contextlib.suppress(FileExistsError):  # a link or a file there: refused below
-        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with contextlib.suppress(FileExistsError):  # a link or a file there: refused below
+            path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise loop_error(path.parent) from None
+        raise refused_write(f"{path} (its folder could not be created)", err) or err from None
     if folder_link:
         fd = os.open(path.parent, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     else:
         fd = open_dir(path.parent)
     try:
-        with writing(path.name, dir_fd=fd) as f:
+        with writing(path.name, dir_fd=fd, label=str(path)) as f:
             fill(f)
     finally:
         os.close(fd)
 
 
+def _existing_ancestor(folder: Path) -> Path:
+    """``folder`` or its nearest ancestor that exists; UnsafePathError for a symbolic link
+    loop on the way (the loop itself named) or a file where a folder is expected."""
+    found = folder
+    for candidate in reversed((folder, *folder.parents)):  # outermost first
+        try:
+            os.stat(candidate)
+        except FileNotFoundError:
+            break
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise loop_error(candidate) from None
+            if err.errno == errno.ENOTDIR:
+                raise UnsafePathError(
+                    err.errno, f"{folder} cannot be made: {candidate.parent} is not a folder"
+                ) from None
+            raise
+        found = candidate
+    return found
+
+
 def check_output(path: Path, *, folder_link: bool = True) -> None:
-    """Raise UnsafePathError now for what :func:`write_file` would refuse at the end of a long
-    command (a link or special file at ``path``, a link at its folder)."""
+    """Raise now for what :func:`write_file` would refuse at the end of a long command: a link
+    or special file at ``path``, a link at its folder (UnsafePathError), a folder this process
+    may not write in (StorageError, e.g. a read-only file system)."""
     if not folder_link and os.path.lexists(path.parent):
         os.close(open_dir(path.parent))
     if os.path.isdir(path.parent):
         refuse_special(str(path), dir_fd=None)
+    check_writable(path.parent, str(path))
+
+
+def check_writable(folder: Path, what: str) -> Path:
+    """Raise StorageError when ``folder`` (or, while it does not exist, its nearest existing
+    ancestor, where it would be created) is not writable by this process, e.g. on a read-only
+    file system; ``what`` names what was to be written there. Returns that existing folder."""
+    where = _existing_ancestor(folder)
+    if os.path.isdir(where) and not os.access(where, os.W_OK):
+        code = errno.EROFS if _read_only(where) else errno.EACCES
+        raise StorageError(
+            code, f"{what} cannot be written: {where} is not writable ({os.strerror(code)}); "
+            "choose another place for it"
+        )  # fmt: skip
+    return where
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Bytes this process may still write on the file system of ``folder`` (None: unknown)."""
+    try:
+        info = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return None
+    return info.f_bavail * info.f_frsize
+
+
+def _read_only(folder: Path) -> bool:
+    """Whether ``folder`` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False

@@ -14,13 +14,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
 import sys
+import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -111,7 +113,9 @@ class MetricLogger:
             # Imported here: tensorboard takes about a second to import and is optional at runtime.
             from torch.utils.tensorboard import SummaryWriter
 
-            self._fds = _open_tb(self.run_dir, dir_fd)
+            with self._events():  # a full disk: a new folder needs a block too
+                self._fds = _open_tb(self.run_dir, dir_fd)
+            _quiet_writer_threads()
             try:
                 log_dir = _through_fd(self._fds[1], self.tb_dir)
                 self._writer = SummaryWriter(log_dir=log_dir, purge_step=purge_step)
@@ -139,8 +143,9 @@ class MetricLogger:
         self._check_open()
         values = _floats(metrics)
         if self._writer is not None:
-            for name, value in values.items():
-                self._writer.add_scalar(name, value, global_step=step)
+            with self._events():
+                for name, value in values.items():
+                    self._writer.add_scalar(name, value, global_step=step)
         self._latest.update(values)
         self._last_step.update(dict.fromkeys(values, step))
         for listener in self.listeners:
@@ -155,7 +160,8 @@ class MetricLogger:
         flat = flat.detach().reshape(-1).to("cpu", torch.float64)
         flat = flat[torch.isfinite(flat)]  # TensorBoard's histogram rejects NaN/inf
         if self._writer is not None and flat.numel() > 0:
-            self._writer.add_histogram(name, flat.numpy(), global_step=step)
+            with self._events():
+                self._writer.add_histogram(name, flat.numpy(), global_step=step)
 
     def summary(self) -> dict[str, float]:
         """Latest value of every metric logged so far, in first-logged order."""
@@ -164,6 +170,21 @@ class MetricLogger:
     def last_step(self, name: str) -> int | None:
         """Step at which `name` was last logged, or None if never."""
         return self._last_step.get(name)
+
+    @contextlib.contextmanager
+    def _events(self) -> Iterator[None]:
+        """TensorBoard's writes (its writer thread reports a failed one at the next call): a
+        write the file system refuses (a full disk) becomes one StorageError naming tb/."""
+        try:
+            yield
+        except Exception as err:
+            cause = fsutil.storage_cause(err)
+            if cause is None:
+                raise
+            raise fsutil.StorageError(
+                cause.errno, f"cannot write TensorBoard events in {self.tb_dir}: "
+                f"{os.strerror(cause.errno)}"
+            ) from None  # fmt: skip
 
     def _check_tb(self) -> None:
         """UnsafePathError unless ``tb/`` is still the real folder this logger opened."""
@@ -183,7 +204,8 @@ class MetricLogger:
     def flush(self) -> None:
         """Push pending events to disk (checking ``tb/`` is still the folder it was)."""
         if self._writer is not None and not self._closed:
-            self._writer.flush()
+            with self._events():
+                self._writer.flush()
             self._check_tb()
 
     def close(self) -> None:
@@ -193,8 +215,11 @@ class MetricLogger:
         self._closed = True
         try:
             if self._writer is not None:
-                self._writer.flush()
-                self._writer.close()
+                with self._events():
+                    try:
+                        self._writer.flush()
+                    finally:  # its writer thread reports a failed flush again: one error
+                        self._writer.close()
                 self._check_tb()
         finally:
             self._close_fds()
@@ -204,6 +229,24 @@ class MetricLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _quiet_writer_threads() -> None:
+    """Keep TensorBoard's writer thread from printing a traceback for a write the file system
+    refused: the writer reports the same error to the next call, where it becomes one
+    StorageError line (:meth:`MetricLogger._events`). Any other thread error prints as before."""
+    previous = threading.excepthook
+    if getattr(previous, "rltrans_quiet", False):
+        return
+
+    def hook(args: Any) -> None:
+        from_writer = type(args.thread).__module__.startswith("tensorboard.")
+        if from_writer and fsutil.storage_cause(args.exc_value) is not None:
+            return
+        previous(args)
+
+    hook.rltrans_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def _open_tb(run_dir: Path, dir_fd: int | None) -> tuple[int, int]:

@@ -339,7 +339,7 @@ def plot(argv: Sequence[str]) -> dict[str, Any]:
             fsutil.check_output(path)
         draw_png(out, groups, tag, x)
         write_csv(table, groups)
-    except fsutil.UnsafePathError as err:
+    except (fsutil.UnsafePathError, fsutil.StorageError) as err:  # a link; a full disk
         raise PlotError(str(err)) from None
     except (OSError, ValueError) as err:  # a folder, a read-only place, a name the OS refuses
         raise PlotError(f"cannot write {out} or {table}: {err}") from None

@@ -35,7 +35,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rltrans import distributed
-from rltrans.accel.threads import set_threads
+from rltrans.accel import threads as accel_threads
 from rltrans.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -47,7 +47,9 @@ from rltrans.config import (
     to_container,
 )
 from rltrans.config.errors import first_line
+from rltrans.config.resources import check_threads
 from rltrans.distributed import World
+from rltrans.fsutil import StorageError
 from rltrans.rng import restore_rng_state, rng_state
 from rltrans.run_folder import (
     CONFIG_FILE,
@@ -58,9 +60,11 @@ from rltrans.run_folder import (
     check_entries,
     make_run_dir,
     mark,
+    missing_parents,
     open_run_dir,
     refuse_links,
     remove_created,
+    remove_empty,
     remove_for_overwrite,
     save_config,
 )
@@ -93,6 +97,13 @@ def _learner_device(cfg: DictConfig, world: World) -> torch.device:
     if world.distributed and device.type == "cuda" and device.index is None:
         device = torch.device("cuda", world.local_rank)
     return device
+
+
+def set_threads(threads: int | str | None) -> None:
+    """Set torch's intra-op threads (:func:`rltrans.accel.threads.set_threads`) once their
+    stacks are known to fit this process (ConfigError, before any thread starts)."""
+    check_threads(threads)
+    accel_threads.set_threads(threads)
 
 
 def setup(cfg: DictConfig) -> torch.device:
@@ -140,6 +151,14 @@ def restoring(source: str) -> Iterator[None]:
     ) as err:
         text = first_line(err)
         raise CheckpointError(f"{source}: its saved state does not load ({text})") from None
+
+
+def _not_started(err: BaseException, created: bool) -> None:
+    """Raise a full disk's (or read-only folder's) StorageError of a failed start again,
+    saying what the start left behind: nothing it created stays."""
+    if isinstance(err, StorageError):
+        left = "the run folder it created was removed" if created else "nothing was changed"
+        raise StorageError(err.errno, f"{err}; the run did not start ({left})") from None
 
 
 def default_run_dir(name: str, seed: int) -> Path:
@@ -205,6 +224,7 @@ class Run:
             return cls._join(cfg, world, device)
         run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(name, cfg.seed)
         lock, created, fd = None, False, None
+        new_parents = missing_parents(run_dir)  # what a failed start removes again
         try:
             # The lock comes first: a process that fails to take it removes nothing. A folder
             # that is not rltrans's is refused before anything (the lock file) is written in it.
@@ -218,8 +238,11 @@ class Run:
         except BaseException as err:
             if fd is not None:
                 os.close(fd)
+            if created:  # e.g. a full disk refused the lock file (acquire removed it)
+                remove_empty([run_dir, *new_parents])
             distributed.broadcast_object(("error", str(err) or type(err).__name__))
             distributed.shutdown()
+            _not_started(err, created)
             raise
         try:
             check_entries(run_dir, fd)
@@ -234,10 +257,12 @@ class Run:
         except BaseException as err:
             if created:
                 remove_created(run_dir, fd, lock)
+                remove_empty(new_parents)
             lock.release(remove=lock.created)  # a refused folder is left as it was found
             os.close(fd)
             distributed.broadcast_object(("error", str(err) or type(err).__name__))
             distributed.shutdown()
+            _not_started(err, created)
             raise
         distributed.broadcast_object(("ok", str(run_dir)))
         return run
@@ -349,6 +374,20 @@ class Run:
             raise RuntimeError(f"run {self.dir} is closed; it saves nothing more")
         return self.checkpoints.save(step, payload)
 
+    def storage_stop(self, step: int, err: StorageError) -> StorageError:
+        """The one line for a write the file system refused mid-run (a full disk, at a
+        checkpoint or an event flush): what failed, the newest complete checkpoint, and how to
+        go on once there is space."""
+        newest = _newest(self.checkpoints)
+        if newest is None:
+            how = "it has no checkpoint yet: free space, then start it again"
+        else:
+            how = (
+                f"its newest complete checkpoint is {newest}: free space, then continue from it "
+                f"with `python -m rltrans.train resume=true run_dir={self.dir}`"
+            )
+        return StorageError(err.errno, f"{err}; training stopped at step {step}, {how}")
+
     def resume(
         self, agent: torch.nn.Module, learner: Any, spaces: tuple[gym.Space, gym.Space]
     ) -> int:
@@ -405,6 +444,19 @@ def restore_payload(payload: dict[str, Any], agent: torch.nn.Module, learner: An
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise ValueError(f"global_step={step!r} is not a step count")
     return step
+
+
+def _newest(checkpoints: CheckpointManager) -> str | None:
+    """The newest complete checkpoint in words: its step file (``= last.pt`` when that is the
+    same file), else :meth:`CheckpointManager.latest`; None when there is none."""
+    latest = checkpoints.latest()
+    if latest is not None and latest == checkpoints.last_path:  # a hard link to a step file
+        with contextlib.suppress(OSError):
+            mine = os.stat(latest)
+            for _, path in reversed(checkpoints.checkpoints()):
+                if os.path.samestat(mine, os.stat(path)):
+                    return f"{path} (= last.pt)"
+    return None if latest is None else str(latest)
 
 
 def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:

@@ -119,7 +119,8 @@ def make_run_dir(run_dir: Path) -> bool:
     try:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"run_dir={run_dir}: cannot create it ({err.strerror})") from None
+        why = _blocked(run_dir, err)
+        raise ConfigError(f"run_dir={run_dir}: cannot create it ({why})") from None
     try:
         os.mkdir(run_dir)
         return True
@@ -130,7 +131,32 @@ def make_run_dir(run_dir: Path) -> bool:
             raise ConfigError(f"run_dir={run_dir} is a file, not a folder") from None
         return False
     except OSError as err:
-        raise ConfigError(f"run_dir={run_dir}: cannot create it ({err.strerror})") from None
+        why = _blocked(run_dir, err)
+        raise ConfigError(f"run_dir={run_dir}: cannot create it ({why})") from None
+
+
+def _blocked(run_dir: Path, err: OSError) -> str:
+    """Why a folder could not be made: an ancestor that is a link loop, a link to nothing or
+    a file is named (mkdir says only "File exists"), else the OS's reason."""
+    for parent in reversed(run_dir.parents):  # outermost first
+        if os.path.lexists(parent) and not parent.is_dir():
+            if os.path.islink(parent):
+                return f"{parent} is a symbolic link to no folder (a loop or a dangling link)"
+            return f"{parent} is {fsutil.kind(os.lstat(parent).st_mode)}, not a folder"
+    return err.strerror or str(err)
+
+
+def missing_parents(run_dir: Path) -> list[Path]:
+    """The ancestors of ``run_dir`` that do not exist yet, deepest first (what
+    :func:`make_run_dir` creates besides the folder)."""
+    return [p for p in run_dir.parents if not os.path.lexists(p)]
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove each folder that is empty, in order (deepest first): what a failed start made."""
+    for folder in folders:
+        with contextlib.suppress(OSError):  # not empty: another process wrote there meanwhile
+            os.rmdir(folder)
 
 
 def mark(dir_fd: int) -> None:
@@ -166,6 +192,13 @@ class RunFolderLock:
             except FileExistsError:
                 fd = os.open(self._name(), flags, 0o644, dir_fd=self._dir_fd)
         except OSError as err:
+            if err.errno in fsutil.STORAGE_ERRNOS:  # read-only, not permitted, full
+                raise fsutil.StorageError(
+                    err.errno,
+                    f"run folder {self.path.parent} is not writable: cannot create "
+                    f"its lock file {self.path} ({err.strerror}); a run writes its lock, config "
+                    f"and checkpoints there: make it writable or choose another run_dir",
+                ) from None
             raise ConfigError(
                 f"run folder {self.path.parent}: cannot open {self.path} "
                 f"({err.strerror}); it must be a plain file, not a link"
@@ -192,8 +225,14 @@ class RunFolderLock:
                 f"run folder {self.path.parent} is in use: its lock file changed while this "
                 f"process took it; wait for the other run to finish or choose another run_dir"
             )
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as err:  # a full disk: no lock file of this process stays behind
+            self._fd = fd
+            self.release(remove=self.created)
+            refused = fsutil.refused_write(f"the lock file {self.path} of the run folder", err)
+            raise refused or err from None
         self._fd = fd
 
     def _still_ours(self, fd: int) -> bool:
@@ -236,10 +275,11 @@ def remove_created(run_dir: Path, dir_fd: int, lock: RunFolderLock) -> None:
 def save_config(cfg: DictConfig, dir_fd: int) -> None:
     """Write the run's config.yaml atomically (a reader never sees half a file) through a temp
     file of a unique name created anew (never an existing file or link)."""
+    text = OmegaConf.to_yaml(cfg, resolve=True).encode()
+    label = str(Path(cfg.run_dir) / CONFIG_FILE) if cfg.get("run_dir") else CONFIG_FILE
     try:
-        fsutil.write_atomic(
-            CONFIG_FILE, OmegaConf.to_yaml(cfg, resolve=True).encode(), dir_fd=dir_fd, mode=0o600
-        )
+        with fsutil.writing(CONFIG_FILE, dir_fd=dir_fd, mode=0o600, label=label) as f:
+            f.write(text)
     except UnsafePathError as err:
         raise ConfigError(f"run folder: {err.strerror}") from None
 

@@ -117,3 +117,20 @@ def test_callbacks_see_every_update_and_stop_the_run(tmp_path):
     # Stopped as on SIGTERM: checkpointed where it stopped, and a resume finishes the run.
     resumed = rltrans.learn(rltrans.plan(resume=True, run_dir=str(run_dir)))
     assert resumed["status"] == "finished" and resumed["global_step"] == 640
+
+
+def test_a_keyword_value_is_taken_literally_so_an_interpolation_in_it_is_refused(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("RLTRANS_TEST_PLACE", str(tmp_path / "from-the-environment"))
+    for options in (
+        {"run_dir": "${oc.env:RLTRANS_TEST_PLACE}/x"},
+        {"env": "gym", "env.id": "CartPole-v1", "env.kwargs": {"a": "${oc.env:HOME}"}},
+        {"algo.eval_targets": [1.0, "${oc.env:RLTRANS_TEST_PLACE}"], "agent": "dt"},
+    ):
+        with pytest.raises(ConfigError, match=r"taken literally, never resolved") as err:
+            rltrans.plan(**options)
+        assert "from-the-environment" not in str(err.value)  # the variable was never read
+    # An override string is a command line's: Hydra resolves it there, so it does here too.
+    plan = rltrans.plan("run_dir=${oc.env:RLTRANS_TEST_PLACE}/x", total_steps=64)
+    assert plan.config.run_dir == f"{tmp_path}/from-the-environment/x"

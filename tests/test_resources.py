@@ -8,7 +8,10 @@ exhausting the machine."""
 
 from __future__ import annotations
 
+import os
 import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -230,6 +233,67 @@ def test_torch_threads_has_an_upper_bound(main, tmp_path, capsys):
     folder = [f"run_dir={tmp_path}/run"] if main is train_main else []
     err = refused(main, ["torch_threads=100000", *folder], capsys)
     assert f"torch_threads=100000: expected auto or an integer in [0, {MAX_THREADS}]" in err
+
+
+ISSUE_ULIMIT_V = 8_000_000 * 1024  # `ulimit -v 8000000`: bytes of address space
+
+
+def _under_ulimit(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``python args`` with 8 MB thread stacks (``ulimit -s 8192``) and ``ulimit -v 8000000``."""
+
+    def limits() -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_STACK)
+        stack = 8 * 2**20 if hard == resource.RLIM_INFINITY else min(8 * 2**20, hard)
+        resource.setrlimit(resource.RLIMIT_STACK, (stack, hard))
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = ISSUE_ULIMIT_V if hard == resource.RLIM_INFINITY else min(ISSUE_ULIMIT_V, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RLTRANS_NO_PROGRESS": "1"}
+    env.pop("OMP_STACKSIZE", None)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+        cwd=Path(__file__).resolve().parents[1], env=env, preexec_fn=limits, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "collect", "load_policy"])
+def test_the_documented_thread_maximum_is_refused_where_its_stacks_cannot_fit(
+    command, cartpole_run, tmp_path
+):
+    """torch_threads=1024 under ``ulimit -v 8000000`` died of a MemoryError (or libgomp's
+    abort): 2 x 1024 threads of 8 MB stacks are 16 GiB of address space."""
+    args = {
+        "train": ["-m", "rltrans.train", *TINY_PPO, f"run_dir={tmp_path / 'run'}"],
+        "evaluate": ["-m", "rltrans.evaluate", f"checkpoint={cartpole_run}", "episodes=1"],
+        "collect": ["-m", "rltrans.collect", f"policy={cartpole_run}", "episodes=1",
+                    "dataset_id=rltrans/threads-v0"],
+        "load_policy": ["-c", "import sys, rltrans\ntry:\n rltrans.load_policy(sys.argv[1], "
+                        "torch_threads=1024)\nexcept rltrans.config.ConfigError as e:\n "
+                        "print(f'error: {e}', file=sys.stderr); sys.exit(2)", str(cartpole_run)],
+    }[command]  # fmt: skip
+    if command != "load_policy":
+        args.append("torch_threads=1024")
+    done = _under_ulimit(*args)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("error: torch_threads=1024 needs at least 16.0 GiB"), done.stderr
+    assert "ulimit -v 7.6 GiB" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_thread_stacks_count_only_against_a_limited_address_space(monkeypatch):
+    from rltrans.config import resources
+
+    monkeypatch.setattr(resources, "_stack_bytes", lambda: 8 * 2**20)
+    # The guard leaves 6 GiB above what this process maps: 2 x 64 stacks fit, 2 x 1024 do not.
+    assert resources.thread_problems(64) == []
+    (problem,) = resources.thread_problems(MAX_THREADS)
+    assert f"torch_threads={MAX_THREADS} needs at least 16.0 GiB" in problem
+    assert resources.thread_problems("auto") == resources.thread_problems(0) == []
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))  # the guard puts its cap back
+    if hard == resource.RLIM_INFINITY:  # no limit: the documented maximum fits
+        assert resources.thread_problems(MAX_THREADS) == []
 
 
 # ----------------------------------------------------------------------------- datasets

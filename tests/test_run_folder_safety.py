@@ -369,3 +369,34 @@ def test_a_fifo_event_file_does_not_hang_plot(tiny_run, tmp_path):
     os.mkfifo(run / "config.yaml")
     with no_hang(), pytest.raises(PlotError, match="FIFO"):
         flat_config(run)
+
+
+# ----------------------------------------------------------------------------- link loops
+
+
+def test_a_symlink_loop_given_as_a_path_is_one_error_line(tiny_run, tmp_path, monkeypatch, capsys):
+    from rltrans import load_policy
+    from rltrans.collect import main as collect_main
+
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    loop = tmp_path / "loop1"
+    assert evaluate_main([f"checkpoint={loop}"]) == 2
+    assert f"{loop} is or passes through a symbolic link loop" in error_line(capsys)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    assert collect_main([f"policy={loop}", "dataset_id=rltrans/loop-v0", "episodes=1"]) == 2
+    assert f"{loop} is or passes through a symbolic link loop" in error_line(capsys)
+    with pytest.raises(CheckpointError, match="symbolic link loop"):
+        load_policy(loop)
+    # A run folder's last.pt that is a loop, and paths below a loop.
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, symlinks=True)
+    (run / "checkpoints" / "last.pt").unlink()
+    (run / "checkpoints" / "last.pt").symlink_to(loop)
+    assert evaluate_main([f"checkpoint={run}"]) == 2
+    assert "symbolic link loop" in error_line(capsys)
+    assert train_main([*TINY, f"run_dir={loop}/run"]) == 2
+    assert f"{loop} is a symbolic link to no folder (a loop" in error_line(capsys)
+    args = [f"checkpoint={tiny_run}", "video=true", "episodes=1", f"video_dir={loop}/videos"]
+    assert evaluate_main(args) == 2  # refused before an episode is played, not at the end
+    assert f"{loop} is or passes through a symbolic link loop" in error_line(capsys)

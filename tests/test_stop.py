@@ -457,3 +457,27 @@ def test_outside_the_main_thread_nothing_is_installed():
     thread.start()
     thread.join()
     assert polled == [False, before]
+
+
+def test_ctrl_c_during_a_compile_is_answered_within_seconds(tmp_path):
+    """compile=true compiles in the first update (tens of seconds): a terminal's Ctrl-C there
+    drops the update and checkpoints the state before it, within seconds, without a
+    traceback from the compiler; the run resumes from that checkpoint."""
+    run = tmp_path / "run"
+    args = [*[a for a in PPO if a != "compile=false"], "compile=true", ENDLESS]
+    with Training([*args, f"run_dir={run}"], tmp_path) as training:
+        deadline = time.monotonic() + 120
+        while "compile=true:" not in training.stderr():
+            assert training.proc.poll() is None and time.monotonic() < deadline, training.stderr()
+            time.sleep(0.05)
+        time.sleep(3.0)  # inside the compile (the first update lasts far longer)
+        assert "train:" not in training.stderr()
+        start = time.monotonic()
+        training.signal(signal.SIGINT, group=True)
+        code, out, err = training.finish(timeout=60)
+    assert time.monotonic() - start < 10, err[-3000:]
+    assert code == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    summary = summary_line(out)
+    assert summary["status"] == "interrupted" and summary["global_step"] == 0
+    assert "the update under way dropped" in err
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["global_step"] == 0

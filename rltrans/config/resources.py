@@ -14,13 +14,16 @@ processes (:data:`ACTOR_PROCESS_BYTES` each).
 
 The counts that are not memory have fixed caps in the schema instead, the same on every
 machine (a checkpoint or run folder moves between machines): :data:`MAX_THREADS` and
-:data:`MAX_ACTORS`.
+:data:`MAX_ACTORS`. Threads also reserve address space for their stacks, which a process
+limited by ``ulimit -v`` may not have: :func:`thread_problems` refuses a thread count whose
+stacks alone would not fit (without such a limit, :data:`MAX_THREADS` always fits).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +56,69 @@ def physical_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+# torch_threads=n starts two pools of n threads (OpenMP's and torch's own pthreadpool).
+THREAD_POOLS = 2
+# glibc's thread stack where ``ulimit -s`` is unlimited (x86-64; other CPUs use more).
+DEFAULT_STACK = 2 * 2**20
+
+
+def _stack_bytes() -> int:
+    """The stack a new thread reserves: ``ulimit -s`` (OMP_STACKSIZE where smaller)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    stack = DEFAULT_STACK if soft == resource.RLIM_INFINITY else soft
+    given = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)\s*", os.environ.get("OMP_STACKSIZE", ""), re.I)
+    if given:  # OpenMP's own unit is kilobytes
+        unit = {"b": 1, "": 2**10, "k": 2**10, "m": 2**20, "g": 2**30}[given[2].lower()]
+        stack = min(stack, int(given[1]) * unit)
+    return stack
+
+
+def _mapped_bytes() -> int:
+    """Address space this process maps now (Linux's VmSize; 0 where unknown)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 2**10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def thread_problems(threads: Any, key: str = "torch_threads") -> list[str]:
+    """One line when ``threads`` torch threads' stacks alone exceed the address space this
+    process may still map (``ulimit -v``): the threads would fail to start, or leave no room
+    for the next allocation (a MemoryError far from the cause); else none."""
+    try:
+        import resource  # POSIX only: elsewhere no ulimit -v to count against
+    except ImportError:
+        return []
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY or type(threads) is not int or threads < 2:
+        return []
+    stack = _stack_bytes()
+    need, room = THREAD_POOLS * threads * stack, limit - _mapped_bytes()
+    if need <= room:
+        return []
+    fits = max(1, room // (THREAD_POOLS * stack))
+    return [
+        f"{key}={threads} needs at least {need / 2**30:.1f} GiB of address space for thread "
+        f"stacks (torch starts {THREAD_POOLS} x {threads} threads of {stack / 2**20:g} MiB, "
+        f"ulimit -s), more than the {max(0, room) / 2**30:.1f} GiB this process may still map "
+        f"(ulimit -v {limit / 2**30:.1f} GiB): lower {key} (at {fits} the stacks alone fill "
+        f"it), or raise ulimit -v"
+    ]
+
+
+def check_threads(threads: Any, key: str = "torch_threads") -> None:
+    """Raise ConfigError for :func:`thread_problems`: before torch is given the count."""
+    problems = thread_problems(threads, key)
+    if problems:
+        raise ConfigError(format_problems(problems))
 
 
 # ------------------------------------------------------------------------- spaces
@@ -341,8 +407,9 @@ def check_resources(
 
     data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
     problems = resource_problems(data, spaces=spaces, acting_envs=acting_envs)  # type: ignore[arg-type]
-    if acting_envs is None:
+    if acting_envs is None:  # a run's config (evaluate and collect check their own threads)
         problems += budget_problems(data)  # type: ignore[arg-type]
+        problems += thread_problems(data.get("torch_threads"))  # type: ignore[union-attr]
     if problems:
         raise ConfigError(format_problems(problems))
 

@@ -39,6 +39,7 @@ from rltrans.accel import Accel
 from rltrans.config import to_container
 from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_resources
+from rltrans.fsutil import StorageError
 from rltrans.learners import NonFiniteLossError
 from rltrans.logging import MetricLogger
 from rltrans.progress import ProgressBar
@@ -150,7 +151,7 @@ class Trainer:
             self.plan.config, name=self.name(), multi_process=self.multi_process
         )
         report_horizon(self.plan.horizon_note)  # what agent.horizon fitted
-        status, stop = "finished", StopSignals()
+        status, stop, failing = "finished", StopSignals(), True
         self.logger: MetricLogger | None = None
         try:
             self.build(run)
@@ -162,14 +163,20 @@ class Trainer:
             self.start_time, self.start_progress = time.perf_counter(), self.progress
             self.begin()
             status = self._loop(stop)
+            failing = False
         except NonFiniteLossError as err:
-            status = "stopped"
+            status, failing = "stopped", False
             run.stop_message(self.progress, err)
+        except StorageError as err:  # a full disk mid-run: one line, the checkpoint to go on from
+            raise run.storage_stop(self.progress, err) from None
         finally:
             if self.bar is not None:
                 self.bar.close()
             if self.logger is not None:
-                self.logger.close()
+                # A full disk that stopped the run fails the events' last flush too: the
+                # error that stopped it (naming the intact checkpoint) is the one reported.
+                with contextlib.suppress(StorageError) if failing else contextlib.nullcontext():
+                    self.logger.close()
             self.close(status)  # what build() opened, also after it failed halfway
             run.close()
             stop.restore()
