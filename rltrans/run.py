@@ -347,18 +347,14 @@ class Run:
         }
 
     def _static_payload(self, spaces: tuple[gym.Space, gym.Space]) -> dict[str, Any]:
-        """The parts of every payload that a run never changes (its config and spaces), made
-        once: a trainer copies its payload before each long update, and these cost most."""
+        """What every payload of a run holds unchanged (its config, its spaces), made once: a
+        trainer copies its payload before each long update, and these cost it most."""
         key = (id(spaces[0]), id(spaces[1]))
-        cached = getattr(self, "_static", None)
-        if cached is None or cached[0] != key:
-            static = {
-                "config": to_container(self.cfg),
-                "observation_space": serialize_space(spaces[0]),
-                "action_space": serialize_space(spaces[1]),
-            }
-            self._static = cached = (key, static)
-        return dict(cached[1])
+        if getattr(self, "_static", (None,))[0] != key:
+            names = ("config", "observation_space", "action_space")
+            parts = (to_container(self.cfg), *map(serialize_space, spaces))
+            self._static = (key, dict(zip(names, parts, strict=True)))
+        return dict(self._static[1])
 
     def save(self, step: int, *args: Any, **kwargs: Any) -> Path | None:
         """Write a checkpoint of :meth:`payload` (atomic, rotated); returns its path (None on
