@@ -64,6 +64,7 @@ from rltrans.run_folder import (
     remove_for_overwrite,
     save_config,
 )
+from rltrans.saved_state import check_saved_state
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
 
 MAX_SPACE_SIZE = 2**26  # flattened dimensions of a checkpoint's space (an 8K RGB frame: 2^25)
@@ -77,7 +78,14 @@ def select_device(name: str) -> torch.device:
         raise ConfigError(f"device={name!r}; valid choices: auto, cpu, cuda, cuda:<index>")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={name} but torch sees no CUDA device; use device=cpu or auto")
-    return torch.device(name)
+    device = torch.device(name)
+    count = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.index is not None and device.index >= count:
+        raise ConfigError(
+            f"device={name}: no such device; torch sees {count} CUDA device(s): "
+            f"cuda:0 to cuda:{count - 1}"
+        )
+    return device
 
 
 def seed_everything(seed: int) -> None:
@@ -347,6 +355,7 @@ class Run:
         check_same_spaces(payload_spaces(payload), spaces, actual_label="this run has")
         source = f"checkpoint {self.checkpoints.latest()}"
         check_finite_weights(payload.get("model"), source)
+        check_saved_state(payload, source)  # as when the plan was made: the file may differ
         with restoring(source):
             agent.load_state_dict(payload["model"])
             learner.load_state_dict(payload["learner"])
