@@ -184,6 +184,7 @@ class Run:
         self.device = torch.device("cpu")
         self._closed = False
         self.resumed_payload: dict[str, Any] | None = None
+        self.resumed_source = "the resumed checkpoint"  # "checkpoint <file>" once resumed
 
     @classmethod
     def start(
@@ -363,7 +364,7 @@ class Run:
             step = payload["global_step"]
             if not isinstance(step, int) or isinstance(step, bool) or step < 0:
                 raise ValueError(f"global_step={step!r} is not a step count")
-        self.resumed_payload = payload
+        self.resumed_payload, self.resumed_source = payload, source
         return step
 
     def whole_updates(self, steps_per_update: int, made_of: str) -> int:

@@ -253,12 +253,15 @@ FIELDS: dict[str, Check] = {
         null=True,
     ),
     "episodes.returns": items(MAX_ITEMS),
+    "episodes.returns.*": value(number()),
     "episodes.lengths": items(MAX_ITEMS),
+    "episodes.lengths.*": COUNT,
     "episodes.successes": items(MAX_ITEMS),
+    "episodes.successes.*": FLAG,
     "episodes.episodes_seen": COUNT,
     # reward scalers: PPO's one; IMPALA's per actor, per learner process (older: a list)
     **{f"reward_scaler{k}": c for k, c in SCALER.items()},
-    "reward_scalers": mapping(("own", "by_rank"), ("own",), null=True),
+    "reward_scalers": mapping(("own", "by_rank"), ("own", "by_rank"), null=True),
     "reward_scalers.own": items(MAX_ACTORS),
     "reward_scalers.by_rank": items(MAX_RANKS),
     "reward_scalers.by_rank.*": items(MAX_ACTORS),
@@ -366,12 +369,19 @@ def _name(path: str, key: Any) -> str:
     return f"{path}[{key!r}]"
 
 
+def _layout(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with IMPALA's reward scalers in today's layout (older: a list of one
+    learner process's scalers)."""
+    scalers = payload.get("reward_scalers")
+    if isinstance(scalers, list):
+        return {**payload, "reward_scalers": {"own": scalers, "by_rank": []}}
+    return payload
+
+
 def saved_state_problem(payload: dict[str, Any]) -> str | None:
     """The first field of a checkpoint's trainer state outside :data:`FIELDS`' bounds (or of
     :data:`AT_MOST`'s order), as ``field=value: expected ...``; None when all are valid."""
-    scalers = payload.get("reward_scalers")
-    if isinstance(scalers, list):  # a checkpoint of one learner process, older layout
-        payload = {**payload, "reward_scalers": {"own": scalers, "by_rank": []}}
+    payload = _layout(payload)
     # A container is checked before the fields in it (FIELDS lists them in that order).
     for pattern, check in (*FIELDS.items(), *GENERATORS.items()):
         for name, found in _nodes(payload, pattern.split("."), ""):

@@ -196,6 +196,30 @@ def test_moments_of_another_shape_are_refused_before_the_first_step(auto_run, tm
     assert len(err.splitlines()) == 1, err
 
 
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        # The saved groups replace the built ones whole: a missing lr failed at the first step.
+        (
+            lambda p: _group(p).pop("lr"),
+            "its saved state does not load (learner.optimizer.param_groups[0] lacks 'lr')",
+        ),
+        # The episode window's own check (101 returns for a window of 100) names the file too.
+        (
+            lambda p: p["episodes"].update(returns=[1.0] * 101),
+            "its saved state does not load (episodes.returns: expected a list of at most 100",
+        ),
+    ],
+)
+def test_state_refused_as_it_loads_names_the_checkpoint(edit, expected, auto_run, tmp_path, capsys):
+    run = copy_run(auto_run, tmp_path / "run")
+    last = edit_checkpoint(run / "checkpoints" / "last.pt", edit)
+    assert train_main(["resume=true", f"run_dir={run}", f"total_steps={SAVED_STEPS + UPDATE}"]) == 2
+    err = error_text(capsys)
+    assert err.startswith(f"error: checkpoint {last}: {expected}"), err
+    assert len(err.splitlines()) == 1, err
+
+
 def test_an_untouched_checkpoint_still_resumes(auto_run, tmp_path):
     run = copy_run(auto_run, tmp_path / "run")
     code, err = _resume(run)

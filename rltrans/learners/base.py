@@ -58,6 +58,18 @@ def check_moment_shapes(saved: dict[str, Any], optimizer: torch.optim.Optimizer)
                 )
 
 
+def check_group_settings(built: list[set[str]], optimizer: torch.optim.Optimizer) -> None:
+    """Refuse loaded param groups that lack a setting the built ones had (``built``: their
+    keys): the saved groups replace the built ones whole, and a missing ``lr`` or ``betas``
+    would fail only at the first step. ValueError naming the group and the keys."""
+    for index, (keys, group) in enumerate(zip(built, optimizer.param_groups, strict=False)):
+        missing = sorted(keys - set(group))
+        if missing:
+            raise ValueError(
+                f"learner.optimizer.param_groups[{index}] lacks {', '.join(map(repr, missing))}"
+            )
+
+
 class Learner:
     """Adam(W) with optional linear lr annealing and warmup, global grad-norm clipping, AMP on
     CUDA, and the gradient averaged over learner processes under ``torchrun``."""
@@ -194,7 +206,9 @@ class Learner:
                 f"(its first entry: {shapes})"
             ) from None
         check_moment_shapes(saved, self.optimizer)
-        self.optimizer.load_state_dict(saved)
+        built = [set(group) for group in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(saved)  # older torch's groups get defaults here
+        check_group_settings(built, self.optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
