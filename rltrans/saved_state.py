@@ -133,7 +133,8 @@ def tensor(
     """A tensor (of ``dtype``, else of a real floating type; of ``shape`` where given) whose
     every value is finite and in ``bounds``' range."""
     spec = bounds or number()
-    within = spec.describe().removeprefix("a number")
+    within = Spec("float", spec.low, spec.high, spec.open_low, spec.open_high).describe()
+    within = within.removeprefix("a number")  # " >= 0", " in [0, 2^53)" or nothing
 
     def check(name: str, found: Any) -> str | None:
         if not isinstance(found, torch.Tensor):
@@ -161,9 +162,9 @@ def tensor(
 
 
 def _outside(values: torch.Tensor, spec: Spec) -> torch.Tensor:
-    """Where ``values`` are not finite or outside ``spec``'s range."""
+    """Where ``values`` are not finite or outside ``spec``'s range (in their own dtype: a
+    float64 copy of a large model's moments would double what a resume holds)."""
     if values.is_floating_point():
-        values = values.double()
         bad = ~torch.isfinite(values)
     else:
         bad = torch.zeros(values.shape, dtype=torch.bool)
@@ -337,8 +338,35 @@ FIELDS: dict[str, Check] = {
     "sampler_rng": generator("pcg64"),
 }
 
-# Generator states, once FIELDS passed them: set on a scratch generator of their library.
-GENERATORS: dict[str, Check] = {"rng.python": generator("python"), "rng.torch": generator("torch")}
+
+def moments(name: str, optimizer: Any) -> str | None:
+    """Every parameter's saved state holds what its optimizer's step reads (a state that is
+    not empty is used as it is): Adam(W)'s step and two moments (a third with amsgrad),
+    RMSprop's step and square average (a momentum buffer with momentum, a gradient average
+    when centered)."""
+    for group in optimizer["param_groups"]:
+        if "betas" in group:
+            needs = ["step", "exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * bool(
+                group.get("amsgrad")
+            )
+        else:
+            needs = ["step", "square_avg"] + ["momentum_buffer"] * bool(group.get("momentum"))
+            needs += ["grad_avg"] * bool(group.get("centered"))
+        for key in group["params"]:
+            state = optimizer["state"].get(key) or {}
+            missing = [k for k in needs if k not in state]
+            if state and missing:
+                return f"{_name(name + '.state', key)} lacks {', '.join(map(repr, missing))}"
+    return None
+
+
+# Whole parts, once FIELDS passed their fields: generator states set on a scratch generator
+# of their library, the optimizer's per-parameter state against its groups.
+WHOLE: dict[str, Check] = {
+    "rng.python": generator("python"),
+    "rng.torch": generator("torch"),
+    "learner.optimizer": moments,
+}
 # (smaller, larger): an update takes at least one step of the budget.
 AT_MOST = (("update", "global_step"),)
 
@@ -383,7 +411,7 @@ def saved_state_problem(payload: dict[str, Any]) -> str | None:
     :data:`AT_MOST`'s order), as ``field=value: expected ...``; None when all are valid."""
     payload = _layout(payload)
     # A container is checked before the fields in it (FIELDS lists them in that order).
-    for pattern, check in (*FIELDS.items(), *GENERATORS.items()):
+    for pattern, check in (*FIELDS.items(), *WHOLE.items()):
         for name, found in _nodes(payload, pattern.split("."), ""):
             problem = check(name, found)
             if problem is not None:

@@ -86,6 +86,10 @@ REFUSED = {
         "learner.optimizer.state[0].exp_avg_sq holds 1 value(s) that are not a finite number "
         ">= 0 (the first: -2.0)",
     ),
+    "missing second moment": (
+        lambda p: _moments(p).pop("exp_avg_sq"),
+        "learner.optimizer.state[0] lacks 'exp_avg_sq'",
+    ),
     "negative step": (
         lambda p: _moments(p)["step"].fill_(-1.0),
         "learner.optimizer.state[0].step=-1.0: expected a finite number in [0, 2^53)",
