@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import reprlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,9 @@ import torch
 from rltrans.accel.threads import AUTO, ThreadTuner, tuned
 from rltrans.checkpoint import CheckpointError, check_finite_weights, load_checkpoint
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
-from rltrans.config.keys import MAX_LENGTH
+from rltrans.config.keys import MAX_LENGTH, THREADS
 from rltrans.config.resources import weights_problem
+from rltrans.config.spec import DEVICE, bad_value
 from rltrans.registry import (
     AgentEntry,
     RegistryError,
@@ -43,7 +45,7 @@ from rltrans.registry import (
     algo_agent_options,
     build_agent,
 )
-from rltrans.run import payload_spaces, set_threads
+from rltrans.run import payload_spaces, select_device, set_threads
 from rltrans.spaces import obs_to_tensor
 from rltrans.types import Tree, tree_leaves
 
@@ -297,16 +299,35 @@ class Policy:
         return self.agent.observe(state, torch.as_tensor(reward, device=self.device))
 
 
+# What load_policy takes as torch_threads: the command line's values, and None (leave it).
+POLICY_THREADS = replace(THREADS, words=(AUTO,), nullable=True)
+
+
+def policy_device(device: torch.device | str, torch_threads: Any) -> torch.device:
+    """The device ``load_policy`` loads onto, after checking ``device`` and ``torch_threads``
+    as the command line does; ConfigError naming the argument and what is valid."""
+    ok, _ = POLICY_THREADS.check(torch_threads)
+    if not ok or isinstance(torch_threads, bool):
+        raise ConfigError(bad_value("torch_threads", torch_threads, POLICY_THREADS))
+    name = str(device) if isinstance(device, torch.device) else device
+    if not DEVICE.check(name)[0]:
+        raise ConfigError(bad_value("device", name, DEVICE))
+    return select_device(name)
+
+
 def load_policy(
     path: str | Path, device: torch.device | str = "cpu", torch_threads: int | str | None = AUTO
 ) -> Policy:
     """Load a saved rltrans policy (checkpoint file or run directory) for acting.
 
+    ``device`` as ``rltrans.evaluate`` takes it (``auto``, ``cpu``, ``cuda``, ``cuda:<index>``).
     ``torch_threads`` sets torch's intra-op threads as training does: ``auto`` (on CPU)
     times the first ``act`` calls at 1, 2, 4, ... threads and keeps the fewest within 10 %
-    of the fastest (``policy.threads.chosen``); an integer fixes it; None leaves torch's
-    setting alone.
+    of the fastest (``policy.threads.chosen``); an integer in [0, 1024] fixes it (0: torch's
+    default); None leaves torch's setting alone. A bad ``device`` or ``torch_threads`` (or a
+    CUDA device this machine lacks) raises ConfigError naming it, before the file is read.
     """
+    device = policy_device(device, torch_threads)
     if torch_threads is not None:
         set_threads(torch_threads)
     file = resolve_checkpoint(path)
@@ -320,6 +341,6 @@ def load_policy(
         return_conditioned=entry.return_conditioned,
         target_return=max(targets) if targets else best,
     )
-    if torch_threads == AUTO and torch.device(device).type == "cpu":
+    if torch_threads == AUTO and device.type == "cpu":
         policy.threads = ThreadTuner("acting step")
     return policy

@@ -50,7 +50,7 @@ from rltrans.config.errors import first_line
 from rltrans.config.resources import check_threads
 from rltrans.distributed import World
 from rltrans.fsutil import StorageError
-from rltrans.rng import restore_rng_state, rng_state
+from rltrans.rng import rng_state
 from rltrans.run_folder import (
     CONFIG_FILE,
     LOCK_FILE,
@@ -68,6 +68,7 @@ from rltrans.run_folder import (
     remove_for_overwrite,
     save_config,
 )
+from rltrans.saved_state import check_saved_state, restore_payload
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
 
 MAX_SPACE_SIZE = 2**26  # flattened dimensions of a checkpoint's space (an 8K RGB frame: 2^25)
@@ -81,7 +82,14 @@ def select_device(name: str) -> torch.device:
         raise ConfigError(f"device={name!r}; valid choices: auto, cpu, cuda, cuda:<index>")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={name} but torch sees no CUDA device; use device=cpu or auto")
-    return torch.device(name)
+    device = torch.device(name)
+    count = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.index is not None and device.index >= count:
+        raise ConfigError(
+            f"device={name}: no such device; torch sees {count} CUDA device(s): "
+            f"cuda:0 to cuda:{count - 1}"
+        )
+    return device
 
 
 def seed_everything(seed: int) -> None:
@@ -195,6 +203,7 @@ class Run:
         self.device = torch.device("cpu")
         self._closed = False
         self.resumed_payload: dict[str, Any] | None = None
+        self.resumed_source = "the resumed checkpoint"  # "checkpoint <file>" once resumed
 
     @classmethod
     def start(
@@ -399,9 +408,10 @@ class Run:
         check_same_spaces(payload_spaces(payload), spaces, actual_label="this run has")
         source = f"checkpoint {self.checkpoints.latest()}"
         check_finite_weights(payload.get("model"), source)
+        check_saved_state(payload, source)  # as when the plan was made: the file may differ
         with restoring(source):
             step = restore_payload(payload, agent, learner)
-        self.resumed_payload = payload
+        self.resumed_payload, self.resumed_source = payload, source
         return step
 
     def whole_updates(self, steps_per_update: int, made_of: str) -> int:
@@ -429,17 +439,6 @@ class Run:
         """Path of the newest complete checkpoint, for the summary line."""
         latest = self.checkpoints.latest()
         return str(latest) if latest else None
-
-
-def restore_payload(payload: dict[str, Any], agent: torch.nn.Module, learner: Any) -> int:
-    """Load a checkpoint's weights, learner state and RNG states; returns its step."""
-    agent.load_state_dict(payload["model"])
-    learner.load_state_dict(payload["learner"])
-    restore_rng_state(payload["rng"])
-    step = payload["global_step"]
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"global_step={step!r} is not a step count")
-    return step
 
 
 def _newest(checkpoints: CheckpointManager) -> str | None:
@@ -492,7 +491,6 @@ __all__ = [
     "load_checkpoint",
     "payload_spaces",
     "refuse_links",
-    "restore_payload",
     "seed_everything",
     "select_device",
     "set_threads",

@@ -216,23 +216,25 @@ def test_every_field_of_a_dt_checkpoint_is_checked(
 
 
 @pytest.mark.parametrize(
-    ("part", "value"),
+    ("part", "value", "expected"),
     [
-        ("update", "abc"),
-        ("update", float("inf")),
-        ("global_step", "12"),
-        ("sampler_rng", "{not json"),
-        ("rng", {"python": 3}),
+        ("update", "abc", "update='abc': expected an integer in [0, 2^53)"),
+        ("update", float("inf"), "update=inf: expected an integer in [0, 2^53)"),
+        ("global_step", "12", "global_step='12': expected an integer in [0, 2^53)"),
+        ("sampler_rng", "{not json", "sampler_rng: not a valid pcg64 generator state (Expecting"),
+        ("rng", {"python": 3}, "rng.python=3: expected a mapping"),
     ],
 )
-def test_a_damaged_trainer_state_on_resume_is_one_error(part, value, dt_run, tmp_path, capsys):
+def test_a_damaged_trainer_state_on_resume_is_one_error(
+    part, value, expected, dt_run, tmp_path, capsys
+):
     run = copy_run(dt_run, tmp_path / "run")
     (run / "config.yaml").write_text((dt_run / "config.yaml").read_text())
-    edit_checkpoint(run / "checkpoints" / "last.pt", lambda p: p.update({part: value}))
+    last = edit_checkpoint(run / "checkpoints" / "last.pt", lambda p: p.update({part: value}))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MINARI_DATASETS_PATH", str(dt_run.parent / "minari"))
         assert train_main(["resume=true", f"run_dir={run}", "train_steps=8"]) == 2
-    assert "saved state does not load" in refused(capsys)
+    assert refused(capsys).startswith(f"error: checkpoint {last}: {expected}")
 
 
 # ----------------------------------------------------------------------------- silent nonsense

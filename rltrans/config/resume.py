@@ -21,6 +21,7 @@ from rltrans.config.compose import to_container
 from rltrans.config.errors import ConfigError
 from rltrans.config.trust import checked_file_config, read_run_config, refuse_env_code
 from rltrans.run_folder import CONFIG_FILE, refuse_links
+from rltrans.saved_state import check_saved_state
 
 # Keys a resumed run may change; every other key keeps the run's saved value.
 RESUMABLE_KEYS: tuple[str, ...] = (
@@ -119,8 +120,9 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def _same_as_checkpoint(saved: DictConfig, checkpoint: Path) -> None:
     """Refuse a run folder whose config.yaml differs from its checkpoint's own config outside
-    the resumable keys (a hand edit would otherwise continue under other settings)."""
-    payload = load_checkpoint(checkpoint, mmap=True)  # the config only: tensors stay on disk
+    the resumable keys (a hand edit would otherwise continue under other settings), and a
+    checkpoint whose saved trainer state is out of bounds (before anything is built)."""
+    payload = load_checkpoint(checkpoint, mmap=True)  # tensors are read where checked only
     own = to_container(checked_file_config(payload.get("config"), f"checkpoint {checkpoint}"))
     mine = _flat(to_container(saved))
     theirs = _flat(own)
@@ -136,6 +138,7 @@ def _same_as_checkpoint(saved: DictConfig, checkpoint: Path) -> None:
             + "\n  ".join(differ)
             + "\nRestore the file, or start a new run with the settings you want"
         )
+    check_saved_state(payload, f"checkpoint {checkpoint}")
 
 
 __all__ = ["RESUMABLE_KEYS", "override_keys", "resume_config", "settled_config"]

@@ -40,6 +40,36 @@ def fold_aux(loss: Tensor, metrics: dict[str, Tensor], aux: Aux) -> tuple[Tensor
     return loss, per_token
 
 
+def check_moment_shapes(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+    """Refuse a saved optimizer state whose per-parameter tensors (Adam's moments, RMSprop's
+    averages) do not have their parameter's shape: torch loads them unchecked, and a fused
+    step over a moment of another size writes outside it. ValueError naming the entry."""
+    groups = saved["param_groups"]
+    if len(groups) != len(optimizer.param_groups):
+        return  # the optimizer's own load refuses it, saying so
+    ids = [i for group in groups for i in group["params"]]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for key, param in zip(ids, params, strict=False):
+        for name, moment in saved["state"].get(key, {}).items():
+            if isinstance(moment, Tensor) and moment.dim() and moment.shape != param.shape:
+                raise ValueError(
+                    f"learner.optimizer.state[{key!r}].{name} has shape {tuple(moment.shape)}, "
+                    f"its parameter {tuple(param.shape)}"
+                )
+
+
+def check_group_settings(built: list[set[str]], optimizer: torch.optim.Optimizer) -> None:
+    """Refuse loaded param groups that lack a setting the built ones had (``built``: their
+    keys): the saved groups replace the built ones whole, and a missing ``lr`` or ``betas``
+    would fail only at the first step. ValueError naming the group and the keys."""
+    for index, (keys, group) in enumerate(zip(built, optimizer.param_groups, strict=False)):
+        missing = sorted(keys - set(group))
+        if missing:
+            raise ValueError(
+                f"learner.optimizer.param_groups[{index}] lacks {', '.join(map(repr, missing))}"
+            )
+
+
 class Learner:
     """Adam(W) with optional linear lr annealing and warmup, global grad-norm clipping, AMP on
     CUDA, and the gradient averaged over learner processes under ``torchrun``."""
@@ -165,7 +195,20 @@ class Learner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (an optimizer state saved per parameter, e.g.
         on CUDA, converts to the flat layout on CPU, and back)."""
-        self.optimizer.load_state_dict(self.params.optimizer_state(state["optimizer"]))
+        try:
+            saved = self.params.optimizer_state(state["optimizer"])
+        except (KeyError, IndexError, RuntimeError):  # another model's moments
+            first = state["optimizer"]["state"].get(0, {})
+            shapes = ", ".join(f"{k} {tuple(getattr(v, 'shape', ()))}" for k, v in first.items())
+            size = sum(p.numel() for p in self.params.tensors)
+            raise ValueError(
+                f"learner.optimizer.state does not fit this model's {size} trained values "
+                f"(its first entry: {shapes})"
+            ) from None
+        check_moment_shapes(saved, self.optimizer)
+        built = [set(group) for group in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(saved)  # older torch's groups get defaults here
+        check_group_settings(built, self.optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])

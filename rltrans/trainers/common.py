@@ -150,9 +150,10 @@ class TrainerState:
         """The update counter and every part's state, by name."""
         return {"update": self.update, **{k: p.state_dict() for k, p in self.parts.items()}}
 
-    def load_state_dict(self, saved: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s entries (parts a checkpoint lacks keep theirs)."""
-        with restoring("the resumed checkpoint"):
+    def load_state_dict(self, saved: dict[str, Any], source: str = "the checkpoint") -> None:
+        """Restore :meth:`state_dict`'s entries (parts a checkpoint lacks keep theirs); an
+        entry that does not load is one CheckpointError naming ``source``."""
+        with restoring(source):
             self.update = int(saved.get("update", 0))
             for name, part in self.parts.items():
                 if saved.get(name) is not None:

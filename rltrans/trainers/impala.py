@@ -184,7 +184,7 @@ class ImpalaTrainer(OnlineTrainer):
             episodes=self.tracker, dropped=self.dropped, threads=tuners, compile=self.choice,
             reward_scalers=scalers,
         )  # fmt: skip
-        self.state.load_state_dict(run.resumed_payload or {})
+        self.state.load_state_dict(run.resumed_payload or {}, source=run.resumed_source)
         self.choice.set_updates_left(updates - self.state.update)
         self.pool = self._start_pool(run, num_envs)
         for actor in self.pool.actors if isinstance(self.pool, LocalPool) else ():

@@ -273,7 +273,7 @@ class OfflineTrainer(Trainer):
         tuners, self.choice = speed(cfg, accel, device, train_steps, "learner step", measure=20)
         self.sampler = SamplerState(np.random.default_rng(cfg.seed))  # window sampling
         self.state = TrainerState(sampler_rng=self.sampler, threads=tuners, compile=self.choice)
-        self.state.load_state_dict(run.resumed_payload or {})
+        self.state.load_state_dict(run.resumed_payload or {}, source=run.resumed_source)
         self.choice.set_updates_left(train_steps - self.progress)
         self.extra = {"agent_kwargs": {"stats": stats}, "dataset": self.data_info}
         self.extra.update(eval_targets=self.targets, eval_env=env_cfg)

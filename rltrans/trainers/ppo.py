@@ -68,7 +68,7 @@ class PPOTrainer(OnlineTrainer):
         self.state = TrainerState(
             episodes=self.tracker, reward_scaler=scaler, threads=tuners, compile=self.choice
         )
-        self.state.load_state_dict(run.resumed_payload or {})
+        self.state.load_state_dict(run.resumed_payload or {}, source=run.resumed_source)
         self.choice.set_updates_left(updates - self.state.update)
         rollout = device_rollout(cfg.get("rollout", "auto"), envs)
         self.actor = LocalActor(

@@ -44,7 +44,8 @@ from rltrans.learners import NonFiniteLossError
 from rltrans.logging import MetricLogger
 from rltrans.progress import ProgressBar
 from rltrans.registry import algo_agent_options, build_agent
-from rltrans.run import Run, restore_payload
+from rltrans.run import Run
+from rltrans.saved_state import restore_payload
 from rltrans.trainers.common import Callbacks, CompileOverBudget, PeriodicEvaluation, logger_and_bar
 from rltrans.trainers.horizon import report_horizon
 from rltrans.trainers.stop import StopNow, StopSignals
