@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -28,6 +29,17 @@ def _print_to_pipe(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def _exiting_at_once(run: Callable, cfg: Any) -> Any:
+    """``run(cfg)`` with a second stop signal ending the process at once (one line, no
+    traceback); the setting is the command's alone, so a caller in the same process (a test,
+    a notebook calling ``main``) keeps its own handling afterwards."""
+    before, stop.EXIT_AT_ONCE = stop.EXIT_AT_ONCE, True
+    try:
+        return run(cfg)
+    finally:
+        stop.EXIT_AT_ONCE = before
+
+
 def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -> int:
     """Shared body of the command-line tools: ``--help``, ``--version``, ``--cfg``, config
     errors and the one-line JSON summary. ``run(cfg) -> summary`` gets a config that passed
@@ -47,8 +59,7 @@ def run_cli(argv: list[str] | None, config_name: str, doc: str, run: Callable) -
         if "--cfg" in argv:
             print(OmegaConf.to_yaml(cfg))
             return 0
-        stop.EXIT_AT_ONCE = True  # a second Ctrl-C during training: one line, exit at once
-        summary = run(cfg)
+        summary = _exiting_at_once(run, cfg)
     except KeyboardInterrupt:  # Ctrl-C where no trainer handles it (evaluate, collect)
         print("rltrans: interrupted (SIGINT)", file=sys.stderr)
         return 128 + signal.SIGINT.value

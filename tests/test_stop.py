@@ -481,3 +481,13 @@ def test_ctrl_c_during_a_compile_is_answered_within_seconds(tmp_path):
     assert summary["status"] == "interrupted" and summary["global_step"] == 0
     assert "the update under way dropped" in err
     assert load_checkpoint(run / "checkpoints" / "last.pt")["global_step"] == 0
+
+
+def test_the_command_lines_exit_at_once_ends_with_the_command(tmp_path):
+    """A second signal exits at once only while a command runs: a test or a notebook that
+    called ``main`` keeps Python's handling afterwards (a sticky setting once ended a test
+    session at its next second signal)."""
+    from rltrans.trainers import stop
+
+    assert train_main([*PPO, "total_steps=64", f"run_dir={tmp_path / 'run'}"]) == 0
+    assert stop.EXIT_AT_ONCE is False
