@@ -242,7 +242,7 @@ def test_offline_resume_with_only_the_run_folder_continues_the_saved_run(dataset
 
 
 class Interrupted(Exception):
-    """Raised by the patched Run.save right after the first checkpoint is written."""
+    """Raised by the patched Run.save_payload right after the first checkpoint is written."""
 
 
 def test_resume_continues_the_saved_config_and_refuses_other_changes(tmp_path, monkeypatch, capsys):
@@ -257,7 +257,7 @@ def test_resume_continues_the_saved_config_and_refuses_other_changes(tmp_path, m
     monkeypatch.setattr(ppo_trainer, "make_env", recording_make_env)
 
     # A T-maze run of corridor length 4 (default 10), stopped right after its first checkpoint.
-    real_save = Run.save
+    real_save = Run.save_payload
 
     def save_then_stop(self, step, *args, **kwargs):
         real_save(self, step, *args, **kwargs)
@@ -265,7 +265,7 @@ def test_resume_continues_the_saved_config_and_refuses_other_changes(tmp_path, m
 
     args = ["env=tmaze", "env.kwargs.length=4", *PPO_TINY, "total_steps=128"]
     with monkeypatch.context() as patch:
-        patch.setattr(Run, "save", save_then_stop)
+        patch.setattr(Run, "save_payload", save_then_stop)
         with pytest.raises(Interrupted):
             train_main([*args, "checkpoint_every=1", f"run_dir={run}"])
     capsys.readouterr()
