@@ -8,6 +8,7 @@ more with the decision the first one kept.
     python benchmarks/compile_cost.py --env CartPole-v1 --steps 100000 --hog
     python benchmarks/compile_cost.py --env popgym:popgym-RepeatPreviousEasy-v0 --hog \\
         --settings auto false true
+    python benchmarks/compile_cost.py --steps 400000 --settings auto --run agent=gru
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=["auto", "false"])
     parser.add_argument("--hog", action="store_true", help="a CPU-bound process per other core")
     parser.add_argument("--remembered", action="store_true", help="auto again, remembering")
-    parser.add_argument("extra", nargs="*", help="more overrides for every run")
+    parser.add_argument("--run", nargs="*", default=[], help="more overrides for every run")
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     hogs = [
@@ -65,12 +66,12 @@ def main() -> None:
             memory = Path(folder) / "rltrans-compile.json"
             for setting in args.settings:
                 fresh = Path(folder) / f"fresh-{setting}.json"  # no decision remembered yet
-                rows.append(run(args.env, args.steps, setting, fresh, args.extra))
+                rows.append(run(args.env, args.steps, setting, fresh, args.run))
                 print(json.dumps(rows[-1]), flush=True)
                 if setting == "auto" and args.remembered:
                     if fresh.exists():
                         memory.write_bytes(fresh.read_bytes())
-                    again = run(args.env, args.steps, "auto", memory, args.extra)
+                    again = run(args.env, args.steps, "auto", memory, args.run)
                     again["setting"] = "auto (remembered)"
                     rows.append(again)
                     print(json.dumps(again), flush=True)
