@@ -491,3 +491,49 @@ def test_the_command_lines_exit_at_once_ends_with_the_command(tmp_path):
 
     assert train_main([*PPO, "total_steps=64", f"run_dir={tmp_path / 'run'}"]) == 0
     assert stop.EXIT_AT_ONCE is False
+
+
+def test_a_dropped_update_checkpoints_what_a_checkpoint_after_the_last_one_holds(
+    tmp_path, monkeypatch, capsys
+):
+    """A signal in the middle of update 3 (after its rollout, before its learning) drops it:
+    the checkpoint equals, tensor for tensor, the one a run of 2 updates writes at its end
+    (weights, optimizer moments, RNG states, counters)."""
+    import torch
+
+    from rltrans.trainers.ppo import PPOTrainer
+
+    real = PPOTrainer.update
+    calls = []
+
+    def update_then_signal(self):
+        calls.append(1)
+        if len(calls) == 3:  # as if Ctrl-C came while this update learns
+            self.learner.update = lambda buffer: os.kill(os.getpid(), signal.SIGTERM)
+        return real(self)
+
+    both = [*PPO, "algo.num_steps=128"]  # updates of 512 steps: copied before each
+    assert train_main([*both, "total_steps=1024", f"run_dir={tmp_path / 'two'}"]) == 0
+    monkeypatch.setattr(PPOTrainer, "update", update_then_signal)
+    code = train_main([*both, ENDLESS, f"run_dir={tmp_path / 'dropped'}"])
+    assert code == 143 and "the update under way dropped" in capsys.readouterr().err
+    a = load_checkpoint(tmp_path / "dropped" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "two" / "checkpoints" / "last.pt")
+    assert a["global_step"] == b["global_step"] == 1024 and a["update"] == b["update"] == 2
+
+    def same(x, y, where):
+        if isinstance(x, torch.Tensor):
+            torch.testing.assert_close(x, y, rtol=0, atol=0, msg=where)
+        elif isinstance(x, dict):
+            assert x.keys() == y.keys(), where
+            for key in x:
+                same(x[key], y[key], f"{where}.{key}")
+        elif isinstance(x, (list, tuple)):
+            assert len(x) == len(y), where
+            for i, (u, v) in enumerate(zip(x, y, strict=True)):
+                same(u, v, f"{where}[{i}]")
+        else:
+            assert x == y, where
+
+    for part in ("model", "learner", "rng", "episodes", "reward_scaler"):
+        same(a[part], b[part], part)

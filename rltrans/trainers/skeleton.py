@@ -59,11 +59,12 @@ STATIC_PAYLOAD = ("config", "observation_space", "action_space")  # fixed for a 
 
 
 def copied(value: Any) -> Any:
-    """A copy of checkpoint data that shares nothing mutable with it: tensors cloned, dicts,
-    lists and tuples rebuilt, anything else deep-copied (a faster deepcopy for state dicts
-    of many small tensors)."""
+    """A copy of checkpoint data that shares nothing mutable with it: tensors cloned into host
+    memory (a copy on the GPU would double the weights and moments there), dicts, lists and
+    tuples rebuilt, anything else deep-copied (a faster deepcopy for state dicts of many small
+    tensors). Loading it back moves each tensor to its parameter's device."""
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
         return {k: copied(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
