@@ -1,40 +1,24 @@
 """Stopping a run cleanly on SIGINT (Ctrl-C) or SIGTERM (what cluster schedulers send).
 
-Inside :class:`StopSignals` the first of these signals records itself. Where the trainer
-runs an update that may be long (one that took a second or more, the first one, one that
-evaluates or compiles) it first keeps a copy of its checkpoint and runs the update inside
+Inside :class:`StopSignals` the first of these signals records itself. An update the trainer
+copied its state before (see :mod:`rltrans.trainers.skeleton`) runs inside
 :meth:`StopSignals.abortable`: there the first signal also raises :class:`StopNow`, the
-update under way is dropped, and the copy (the state after the last whole update) is
-written as the checkpoint, within seconds of the signal wherever the update was (rollout,
-learning, compilation, evaluation). A quick update runs to its end, and the trainer's loop
-asks :meth:`StopSignals.poll` after it. Either way the trainer returns its summary with
-``status: interrupted`` and ``signal``, and the command exits with 128 + the signal's number
-(130, 143), as a shell reports a process the signal ended.
+update is dropped and the copy, the state after the last whole update, is written as the
+checkpoint within seconds, wherever the update was. After any other update the trainer asks
+:meth:`StopSignals.poll`. Either way the summary says ``status: interrupted`` and
+``signal``, and the command exits with 128 + the signal's number (130, 143).
 
 A second signal ends the process at once: from the command line (:data:`EXIT_AT_ONCE`) with
-one line on stderr, the exit code 128 + its number and no traceback, leaving the checkpoint
-on disk as it was (every write is atomic); from Python it gets the handling that was in place
-before (KeyboardInterrupt for SIGINT, termination for SIGTERM). Signals within
-:data:`REPEAT_S` of the first count as that one: under torchrun a terminal's Ctrl-C reaches
-each learner process twice, from the terminal and forwarded by torchrun. Under torchrun no
-update is dropped (every learner process must run the same collectives): the first signal
-is acted on after the update, in one collective.
+one line on stderr, 128 + its number and no traceback, the checkpoints on disk as they were
+(every write is atomic); from Python it gets the handling in place before (KeyboardInterrupt
+for SIGINT, termination for SIGTERM). Signals within :data:`REPEAT_S` of the first count as
+that one: under torchrun a terminal's Ctrl-C reaches each learner process twice.
 
 :meth:`StopSignals.request` stops the same way for a caller (a callback of
-:func:`rltrans.learn`), with ``status: stopped_early``. Under torchrun every learner process
-polls at every update in one collective, so all of them stop after the same update (torchrun
-kills them 30 s after forwarding a signal: an update and a checkpoint must fit).
-
-Example (the loop of :class:`rltrans.trainers.skeleton.Trainer`, simplified)::
-
-    with StopSignals() as stop:
-        while step < total:
-            ...one update...
-            if stop.poll():  # checkpoint, say where to resume, stop
-                run.save(step, ...)
-                stop.report(step, run.latest_checkpoint(), run.dir)
-                break
-    summary = {"status": stop.status, ..., **stop.summary(stop.status)}
+:func:`rltrans.learn`), with ``status: stopped_early``. Under torchrun no update is dropped
+(every learner process runs the same collectives): every process polls at every update in one
+collective, so all stop after the same update (torchrun kills them 30 s after forwarding a
+signal: an update and a checkpoint must fit).
 """
 
 from __future__ import annotations
