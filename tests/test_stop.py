@@ -22,6 +22,7 @@ import pytest
 from rltrans.checkpoint import load_checkpoint
 from rltrans.collect import main as collect_main
 from rltrans.train import main as train_main
+from rltrans.trainers.skeleton import COPY_SHARE, LONG_UPDATE_S, copy_due
 from rltrans.trainers.stop import StopSignals
 from tests.cli import TINY_PPO, summary_line
 from tests.runtime.test_process_pool import _descendants
@@ -196,20 +197,27 @@ def test_ppo_with_async_envs_exits_130_on_ctrl_c(tmp_path):
 
 
 class SlowAfter(gym.Wrapper):
-    """Test wrapper: every step after the first ``after`` sleeps ``seconds``; closing sleeps
-    ``close_seconds``."""
+    """Test wrapper: every step after the first ``after`` sleeps ``seconds`` (those before,
+    ``before_seconds``); closing sleeps ``close_seconds``."""
 
     def __init__(
-        self, env: gym.Env, after: int = 0, seconds: float = 1.0, close_seconds: float = 0.0
+        self,
+        env: gym.Env,
+        after: int = 0,
+        seconds: float = 1.0,
+        close_seconds: float = 0.0,
+        before_seconds: float = 0.0,
     ) -> None:
         super().__init__(env)
         self.after, self.seconds, self.count = after, seconds, 0
-        self.close_seconds = close_seconds
+        self.close_seconds, self.before_seconds = close_seconds, before_seconds
 
     def step(self, action):
         self.count += 1
         if self.count > self.after:
             time.sleep(self.seconds)
+        elif self.before_seconds:
+            time.sleep(self.before_seconds)
         return self.env.step(action)
 
     def close(self):
@@ -217,18 +225,30 @@ class SlowAfter(gym.Wrapper):
         return super().close()
 
 
-def _slow(after: int, seconds: float, close_seconds: float = 0.0) -> str:
+def _slow(after: int, seconds: float, close_seconds: float = 0.0, before: float = 0.0) -> str:
     kwargs = f"after: {after}, seconds: {seconds}, close_seconds: {close_seconds}"
+    kwargs += f", before_seconds: {before}"
     return f"env.wrappers=[{{path: tests.test_stop.SlowAfter, kwargs: {{{kwargs}}}}}]"
+
+
+def test_a_copy_is_made_where_it_is_cheap_and_dear_ones_are_spaced_to_their_share():
+    """First update, long updates and cheap copies: always. A copy of 2.5 % of an update:
+    every third update (0.83 % of the time on average)."""
+    assert copy_due(None, None, 1) and copy_due(0.1, None, 1)
+    assert copy_due(LONG_UPDATE_S, 10.0, 1)
+    assert copy_due(0.1, COPY_SHARE * 0.1, 1)
+    dear = 2.5 * COPY_SHARE * 0.1
+    assert [copy_due(0.1, dear, since) for since in (1, 2, 3)] == [False, False, True]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_during_a_long_update_is_answered_within_seconds(sig, tmp_path):
-    """Two updates of 512 steps, then every env step sleeps 1 s: the third update would take
-    over eight minutes. The signal drops it: the checkpoint is the state after the second
-    update, written within seconds, and the run resumes from it."""
+    """Two updates of 512 steps of 2.5 ms each (1.3 s: an update long enough to copy before
+    it whatever else the machine runs), then every env step sleeps 1 s: the third update
+    would take over eight minutes. The signal drops it: the checkpoint is the state after the
+    second update, written within seconds, and the run resumes from it."""
     longer = [a if a != "algo.num_steps=16" else "algo.num_steps=128" for a in PPO]
-    args = ["env=gym", "env.id=CartPole-v1", _slow(256, 1.0), *longer, ENDLESS]
+    args = ["env=gym", "env.id=CartPole-v1", _slow(256, 1.0, before=0.0025), *longer, ENDLESS]
     run = tmp_path / "run"
     with Training([*args, f"run_dir={run}"], tmp_path) as t:
         t.wait_for_updates(2)

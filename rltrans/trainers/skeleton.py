@@ -14,11 +14,13 @@ summarise, tear down. PPO, IMPALA and offline training each fill in only what is
         if stopping: report it, stop
     NonFiniteLossError -> status "stopped", the run says why
 
-Before an update the trainer copies its checkpoint payload wherever that is cheap: the copy
-cost at most :data:`COPY_SHARE` of the last update, or the last update took
-:data:`LONG_UPDATE_S` or more, or it is the first, or it evaluates or compiles
-(:meth:`Trainer.long_update_due`). So a Ctrl-C is answered within seconds wherever the update
-is; only an update too quick to be worth a copy (a DT gradient step) runs to its end first.
+Before an update the trainer copies its checkpoint payload wherever that is cheap
+(:func:`copy_due`): the cheapest copy so far cost at most :data:`COPY_SHARE` of the last
+update, or the last update took :data:`LONG_UPDATE_S` or more, or it is the first, or it
+evaluates or compiles (:meth:`Trainer.long_update_due`); a copy dearer than that is still
+made every so many updates, so that copies cost COPY_SHARE of the time on average. So a
+Ctrl-C is answered within seconds wherever the update is; only an update too quick to be
+worth a copy (a DT gradient step) runs to its end first.
     teardown: bar, logger, the trainer's envs / actors, the run folder, the signals
     summary(status)                     the JSON line the command prints
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import time
 from typing import Any
 
@@ -52,9 +55,23 @@ from rltrans.trainers.stop import StopNow, StopSignals
 
 # The state is copied before an update, so that a stop signal can drop the update, where
 # the last update took this long or longer (a copy costs milliseconds, under 1 % of it) or
-# where the last copy cost at most COPY_SHARE of the last update.
+# where the cheapest copy so far cost at most COPY_SHARE of the last update.
 LONG_UPDATE_S = 1.0
 COPY_SHARE = 0.01
+
+
+def copy_due(last_s: float | None, cheapest_s: float | None, since: int) -> bool:
+    """Whether to copy the state before the next update, given the last update's seconds,
+    the cheapest copy's seconds so far (the least disturbed by other work on the machine)
+    and the updates since the last copy. A copy dearer than COPY_SHARE of an update is made
+    once every ``ceil(share / COPY_SHARE)`` updates: copies cost COPY_SHARE on average and
+    the cheapest copy is measured again."""
+    if last_s is None or cheapest_s is None or last_s >= LONG_UPDATE_S:
+        return True
+    share = cheapest_s / max(last_s, 1e-9)
+    return share <= COPY_SHARE or since >= math.ceil(share / COPY_SHARE)
+
+
 STATIC_PAYLOAD = ("config", "observation_space", "action_space")  # fixed for a whole run
 
 
@@ -191,14 +208,13 @@ class Trainer:
         self.state.load_state_dict(payload)
         self.restored(payload)
 
-    def _copy_due(self, last_s: float | None, copy_s: float) -> bool:
+    def _copy_due(self, last_s: float | None, cheapest_s: float | None, since: int) -> bool:
         """Whether to copy the state before the next update (see the module's docstring)."""
         if self.run.world.distributed:
             return False  # under torchrun no update is dropped: the signal waits for its end
         choice = getattr(self, "choice", None)
         compiling = choice is not None and choice.compile_due()
-        cheap = last_s is None or last_s >= LONG_UPDATE_S or copy_s <= COPY_SHARE * last_s
-        return cheap or compiling or self.long_update_due()
+        return copy_due(last_s, cheapest_s, since) or compiling or self.long_update_due()
 
     def _compile_budget(self, copied: bool) -> contextlib.AbstractContextManager[None]:
         """compile=auto's deadline on an update that compiles (only one copied before it can
@@ -208,19 +224,22 @@ class Trainer:
 
     def _loop(self, stop: StopSignals) -> str:
         last_s: float | None = None  # how long the last update took
-        copy_s = 0.0  # how long the last copy of the state took
+        cheapest_s: float | None = None  # the cheapest copy of the state so far
+        since = 0  # updates since the last copy
         if not self.finished():
             self.payload()  # its parts made once (the config, the spaces): not a copy's cost
         stop.where = lambda: f"; checkpoint {self.run.latest_checkpoint()} is kept"
         while not self.finished():
             start = time.perf_counter()
             saved = None
-            if self._copy_due(last_s, copy_s):
+            since += 1
+            if self._copy_due(last_s, cheapest_s, since):
                 saved = {  # what the run never changes is shared, the rest copied
                     k: v if k in STATIC_PAYLOAD else copied(v) for k, v in self.payload().items()
                 }
                 copy_s = time.perf_counter() - start
-                start = time.perf_counter()
+                cheapest_s = copy_s if cheapest_s is None else min(cheapest_s, copy_s)
+                since, start = 0, time.perf_counter()
             try:
                 with stop.abortable(saved is not None), self._compile_budget(saved is not None):
                     self.update()
