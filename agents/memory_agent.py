@@ -52,6 +52,8 @@ from rltrans.types import ActOutput, Aux, Segment, Tree, tree_map
 
 BackboneName = Literal["gtrxl", "trxl", "trxl_i", "universal", "lstm", "gru", "mlp"]
 BACKBONES: tuple[str, ...] = get_args(BackboneName)
+Critic = Literal["shared", "separate"]
+CRITICS: tuple[str, ...] = get_args(Critic)
 DEFAULT_LAYERS = 3  # Y of the stacked backbones when ``layers`` is not given
 DEFAULT_TAU = 0.01  # ponder-cost weight (the Universal Transformer's act_loss_weight)
 DEFAULT_SPAN_COEF = 1e-4  # adaptive-span cost per step of mean span (M=256 at full span: 0.026)
@@ -190,6 +192,9 @@ class MemoryAgent(nn.Module):
     ``value_init_gain`` is the value head's orthogonal init gain: a stack whose output is
     layer-normalised (rms 1) starts its values at O(1) with gain 1, while returns scaled into
     [-1, 1] start near 0; a small gain starts the critic there too.
+    ``critic="separate"`` (memoryless ``backbone="mlp"`` only) gives the value its own encoder
+    and MLP of the same shape, so the two losses share no weights (the PPO-for-MuJoCo recipe;
+    Andrychowicz et al. 2021 found separate networks better on continuous control).
 
     >>> env = gym.make("CartPole-v1")
     >>> agent = MemoryAgent(env.observation_space, env.action_space, backbone="gtrxl", dim=32,
@@ -216,6 +221,7 @@ class MemoryAgent(nn.Module):
         normalize_obs: bool = False,
         reconstruction_coef: float = 0.0,
         value_init_gain: float = 1.0,
+        critic: Critic = "shared",
         **backbone_options: Any,
     ) -> None:
         super().__init__()
@@ -237,6 +243,19 @@ class MemoryAgent(nn.Module):
         if not 0 < value_init_gain < math.inf:
             raise ValueError(f"value_init_gain={value_init_gain!r}: expected a number > 0")
         self.value = layer_init(nn.Linear(dim, 1), gain=float(value_init_gain))
+        check_choice("critic", critic, CRITICS)
+        self.critic_net: nn.Module | None = None  # the value's own tower (critic="separate")
+        if critic == "separate":
+            if backbone != "mlp":
+                raise ValueError(
+                    f"critic='separate' needs backbone 'mlp', not {backbone!r}: a memory "
+                    f"backbone's state serves the policy and the value together; "
+                    f"valid critics for it: ['shared']"
+                )
+            self.critic_net = nn.Sequential(
+                build_encoder(observation_space, dim, **(encoder or {})),
+                MLPBackbone(dim, DEFAULT_LAYERS if layers is None else layers).net,
+            )
         # What evaluate() makes of the backbone's aux, chosen once here from its declared
         # capability; module-level functions and partials keep the agent picklable.
         self.training_aux: Callable[[Aux], Aux] = no_aux
@@ -290,14 +309,21 @@ class MemoryAgent(nn.Module):
         """The math of one acting step as a pure function: action, log-prob and value (N,),
         then what the stack caches (see ``TransformerStack.step_outputs``). ``deterministic``
         is a bool tensor, so one compiled program serves both modes."""
-        h, *cache = self.backbone.step_outputs(self.encode(obs), *inputs)
+        normed = self.obs_norm(obs)
+        h, *cache = self.backbone.step_outputs(self.encoder(normed), *inputs)
         dist = self.policy(h)
         action = torch.where(deterministic, dist.mode(), dist.sample())
-        return action, dist.log_prob(action), self.value(h)[..., 0], *cache
+        return action, dist.log_prob(action), self._value(normed, h), *cache
 
     def encode(self, obs: Tree) -> Tensor:
         """Normalised (if enabled) and encoded observations (..., D)."""
         return self.encoder(self.obs_norm(obs))
+
+    def _value(self, normed_obs: Tree, hidden: Tensor) -> Tensor:
+        """V (...,) from the backbone's output, or from the critic's own tower."""
+        if self.critic_net is not None:
+            hidden = self.critic_net(normed_obs)
+        return self.value(hidden)[..., 0]
 
     def update_obs_norm(self, obs: Tree) -> None:
         """Fold a rollout's observations into the normalisation statistics (no-op if off)."""
@@ -327,11 +353,12 @@ class MemoryAgent(nn.Module):
         self, obs: Tree, state: Tree, done: Tensor, *, deterministic: bool = False
     ) -> tuple[ActOutput, Tree]:
         """One step for N envs: obs (N, ...), done (N,) = a new episode starts at this obs."""
-        h, state, _ = self.backbone.step(self.encode(obs), state, done)  # aux: unused here
+        normed = self.obs_norm(obs)
+        h, state, _ = self.backbone.step(self.encoder(normed), state, done)  # aux: unused here
         dist = self.policy(h)
         action = dist.mode() if deterministic else dist.sample()
         env_action = self.policy.env_action_tensor(action)
-        return ActOutput(action, env_action, dist.log_prob(action), self.value(h)[..., 0]), state
+        return ActOutput(action, env_action, dist.log_prob(action), self._value(normed, h)), state
 
     def observe(self, state: Tree, reward: Tensor) -> Tree:
         """Memory policies do not condition on rewards: the state is returned unchanged."""
@@ -343,8 +370,9 @@ class MemoryAgent(nn.Module):
 
         Used to bootstrap truncated episodes from their final observation.
         """
-        h = self.backbone.step(self.encode(obs), tree_map(torch.clone, state), None).hidden
-        return self.value(h)[..., 0]
+        normed = self.obs_norm(obs)
+        h = self.backbone.step(self.encoder(normed), tree_map(torch.clone, state), None).hidden
+        return self._value(normed, h)
 
     def evaluate(self, segment: Segment) -> tuple[Tensor, Tensor, Tensor, Aux]:
         """Recompute log-probs, entropies and values (B, L) of stored segments, plus aux."""
@@ -355,4 +383,4 @@ class MemoryAgent(nn.Module):
         if self.decoder is not None:  # h_t -> o_t; its gradient shapes backbone and encoder
             recon = reconstruction_aux(self.decoder, out.hidden, obs, coef=self.reconstruction_coef)
             aux = {**aux, **recon}
-        return dist.log_prob(segment.actions), dist.entropy(), self.value(out.hidden)[..., 0], aux
+        return dist.log_prob(segment.actions), dist.entropy(), self._value(obs, out.hidden), aux

@@ -78,8 +78,8 @@ def _run_specs() -> dict[str, Spec]:
 def _agent_specs() -> dict[str, Spec]:
     """configs/agent/*.yaml."""
     from rltrans.agents.dt import DTBackbone
-    from rltrans.agents.encoders import DictMode
-    from rltrans.agents.memory_agent import BACKBONES
+    from rltrans.agents.encoders import Activation, DictMode
+    from rltrans.agents.memory_agent import BACKBONES, CRITICS
     from rltrans.backbones.causal import INITS
     from rltrans.core.act import HALTINGS
     from rltrans.core.attention import KERNELS
@@ -106,6 +106,7 @@ def _agent_specs() -> dict[str, Spec]:
         "agent.span_ramp": integer(1, MAX_LENGTH),
         "agent.span_coef": number(0.0),
         "agent.value_init_gain": number(0.0, open_low=True),
+        "agent.critic": choice(CRITICS),
         "agent.chunk": integer(1, MAX_LENGTH, null=True),
         "agent.context": integer(1, MAX_LENGTH),
         "agent.history": integer(1, MAX_LENGTH),
@@ -136,6 +137,7 @@ def _agent_specs() -> dict[str, Spec]:
         "agent.coordinate_scale": number(0.0),
         "agent.encoder.hidden_dim": integer(1, MAX_WIDTH),
         "agent.encoder.dict_mode": choice(get_args(DictMode)),
+        "agent.encoder.activation": choice(get_args(Activation)),
     }
 
 

@@ -1,0 +1,212 @@
+r"""PPO on MuJoCo (Gymnasium's Hopper-v5 and HalfCheetah-v5), run the way a user runs it, against
+CleanRL's published scores and against CleanRL's own script's speed.
+
+Every run is ``python -m rltrans.train env=gym env.id=<Env>-v5 env.num_envs=1
+agent=mlp_continuous seed=<s> total_steps=1000000`` (``--agents gtrxl``: ``agent=gtrxl`` at its
+defaults, 8 envs), then ``python -m rltrans.evaluate`` over 10 deterministic episodes of its
+last checkpoint, both in one process per run. A finished run is not done again and an
+interrupted one resumes from its checkpoint, so the suite can be stopped and started at will.
+
+CleanRL's figures (docs.cleanrl.dev, ppo_continuous_action.py, the v4 envs at 1M steps, mean
+and std over 3 seeds of the last episodes' training returns): Hopper 2,383 +- 272,
+HalfCheetah 1,443 +- 46. Ours are deterministic evaluations of the final policy.
+
+Written to ``--out``: ``table.md`` (per env and agent: mean and std over the seeds, each seed,
+how many seeds reach CleanRL's mean, SPS) and ``results.json``.
+
+    python benchmarks/mujoco_ppo.py --out runs/mujoco              # 2 envs x 3 seeds, ~1 h each
+    python benchmarks/mujoco_ppo.py --out runs/mujoco --agents gtrxl --seeds 1
+
+``--speed CLEANRL_SCRIPT`` runs no grid: it alternates short runs of rltrans and of CleanRL's
+``ppo_continuous_action.py`` (run unmodified by ``--cleanrl-python``, in a venv of its own
+pins: gymnasium 0.29.1 has only the v4 envs, whose MuJoCo models the v5 ones share) at the
+same settings, one thread each, over ``--rounds`` rounds, and writes the median SPS of each
+and their ratio per round to ``speed.md``.
+
+    python benchmarks/mujoco_ppo.py --out runs/mujoco-speed \
+        --speed cleanrl/ppo_continuous_action.py \
+        --cleanrl-python cleanrl-venv/bin/python --speed-steps 61440 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from memory_suite import RUNNER, logged_sps, run_grid, summaries
+
+ENVS = ("Hopper-v5", "HalfCheetah-v5")
+# CleanRL's published PPO (ppo_continuous_action.py, v4 envs, 1M steps): mean, std over 3 seeds.
+CLEANRL = {"Hopper-v5": (2383.0, 272.0), "HalfCheetah-v5": (1443.0, 46.0)}
+AGENTS = {
+    "mlp_continuous": ["agent=mlp_continuous", "env.num_envs=1"],
+    "gtrxl": ["agent=gtrxl"],  # its defaults, env=gym's 8 envs
+}
+EVAL_EPISODES = 10
+
+
+@dataclass
+class Result:
+    env: str
+    agent: str
+    seed: int
+    score: float  # mean return of the deterministic evaluation
+    sps: float
+    run_dir: str
+
+
+def one_run(env_id: str, agent: str, seed: int, args: argparse.Namespace) -> Result:
+    """Train (or resume, or reuse) one run and evaluate its last checkpoint."""
+    run = Path(args.out) / f"{env_id}-{agent}-s{seed}"
+    done = run / "result.json"
+    if done.is_file():
+        return Result(**json.loads(done.read_text()))
+    steps = args.steps
+    train = [
+        "env=gym",
+        f"env.id={env_id}",
+        *AGENTS[agent],
+        f"seed={seed}",
+        f"total_steps={steps}",
+        f"run_dir={run}",
+        "progress=false",
+    ]
+    if (run / "checkpoints" / "last.pt").is_file():
+        train = ["resume=true", f"run_dir={run}", f"total_steps={steps}", "progress=false"]
+    evaluate = [f"checkpoint={run}", f"episodes={EVAL_EPISODES}", "progress=false"]
+    argv = json.dumps({"train": train, "evaluate": evaluate})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    finished = subprocess.run(
+        [sys.executable, "-c", RUNNER, argv], capture_output=True, text=True, env=env
+    )
+    lines = summaries(finished.stdout)
+    if finished.returncode != 0 or len(lines) != 2:
+        raise RuntimeError(f"{run.name}: exited {finished.returncode}:\n{finished.stderr[-2000:]}")
+    trained, scored = lines
+    sps = float(trained.get("SPS") or 0.0) or logged_sps(run)
+    result = Result(env_id, agent, seed, float(scored["mean_return"]), sps, str(run))
+    done.write_text(json.dumps(asdict(result)))
+    return result
+
+
+def table(results: list[Result]) -> str:
+    """Markdown: per env and agent, the seeds' mean and std, each seed, k of n at CleanRL's mean."""
+    lines = [
+        "| env | agent | score (mean +- std) | seeds | at CleanRL's mean | CleanRL (v4) | SPS |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for env_id in ENVS:
+        for agent in AGENTS:
+            rows = sorted(
+                (r for r in results if (r.env, r.agent) == (env_id, agent)), key=lambda r: r.seed
+            )
+            if not rows:
+                continue
+            scores = [r.score for r in rows]
+            std = statistics.stdev(scores) if len(scores) > 1 else 0.0
+            ref, ref_std = CLEANRL[env_id]
+            at = sum(s >= ref for s in scores)
+            seeds = ", ".join(f"{s:.0f}" for s in scores)
+            sps = statistics.median(r.sps for r in rows)
+            lines.append(
+                f"| {env_id} | {agent} | {statistics.fmean(scores):.0f} +- {std:.0f} | {seeds} "
+                f"| {at} of {len(rows)} | {ref:.0f} +- {ref_std:.0f} | {sps:.0f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def grid(args: argparse.Namespace) -> None:
+    """Train and evaluate every (env, agent, seed); write the table."""
+    runs = {
+        f"{env_id}-{agent}-s{seed}": (lambda e=env_id, a=agent, s=seed: one_run(e, a, s, args))
+        for agent in args.agents
+        for seed in range(1, args.seeds + 1)
+        for env_id in args.envs
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = run_grid(args.jobs, runs, lambda r: f"score {r.score:.0f}, {r.sps:.0f} SPS")
+    (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    (out / "table.md").write_text(table(results))
+    print(table(results))
+
+
+def _rltrans_sps(env_id: str, steps: int, out: Path, round_: int) -> float:
+    run = out / f"rltrans-{env_id}-r{round_}"
+    argv = [
+        sys.executable,
+        "-m",
+        "rltrans.train",
+        "env=gym",
+        f"env.id={env_id}",
+        "env.num_envs=1",
+        "agent=mlp_continuous",
+        f"total_steps={steps}",
+        f"run_dir={run}",
+        "overwrite=true",
+        "progress=false",
+        "tensorboard=false",
+        "torch_threads=1",
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=_one_thread())
+    return float(summaries(done.stdout)[-1]["SPS"])
+
+
+def _cleanrl_sps(script: str, python: str, env_id: str, steps: int, out: Path) -> float:
+    v4 = env_id.replace("-v5", "-v4")  # gymnasium 0.29.1 (CleanRL's pin) has only v4
+    argv = [python, script, "--env-id", v4, "--total-timesteps", str(steps), "--no-cuda"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, check=True, cwd=out, env=_one_thread()
+    )
+    return float(re.findall(r"^SPS: (\d+)", done.stdout, re.M)[-1])
+
+
+def _one_thread() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def speed(args: argparse.Namespace) -> None:
+    """Alternate rltrans and CleanRL runs of ``--speed-steps``; median SPS and ratio per round."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["| env | round | rltrans SPS | CleanRL SPS | ratio |", "|---|---|---|---|---|"]
+    ratios: dict[str, list[float]] = {}
+    for env_id in args.envs:
+        for r in range(1, args.rounds + 1):
+            ours = _rltrans_sps(env_id, args.speed_steps, out, r)
+            theirs = _cleanrl_sps(args.speed, args.cleanrl_python, env_id, args.speed_steps, out)
+            ratios.setdefault(env_id, []).append(ours / theirs)
+            lines.append(f"| {env_id} | {r} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f}x |")
+            print(lines[-1], flush=True)
+    for env_id, values in ratios.items():
+        lines.append(f"| {env_id} | median | | | {statistics.median(values):.2f}x |")
+    (out / "speed.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> None:
+    """Parse the options; run the grid or the speed comparison."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="folder of the runs and the table")
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS)
+    parser.add_argument("--agents", nargs="+", default=["mlp_continuous"], choices=list(AGENTS))
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N per env and agent")
+    parser.add_argument("--steps", type=int, default=1_000_000, help="env steps per run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one core each)")
+    parser.add_argument("--speed", metavar="CLEANRL_SCRIPT", help="compare speed, no grid")
+    parser.add_argument("--cleanrl-python", default=sys.executable, help="python for CleanRL")
+    parser.add_argument("--speed-steps", type=int, default=61_440, help="env steps per speed run")
+    parser.add_argument("--rounds", type=int, default=3, help="speed rounds per env")
+    args = parser.parse_args()
+    speed(args) if args.speed else grid(args)
+
+
+if __name__ == "__main__":
+    main()
