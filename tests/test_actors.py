@@ -87,3 +87,18 @@ def test_reward_scaler_state_without_peak_keeps_the_rule_it_was_saved_under():
     resumed.load_state_dict(state)
     done = torch.ones(2, dtype=torch.bool)
     torch.testing.assert_close(resumed(torch.full((2,), 0.5), done), torch.full((2,), 0.5))
+
+
+def test_reward_scaler_host_arithmetic_is_the_tensor_arithmetic():
+    """On the CPU the scaler computes in NumPy floats; its rewards and statistics are the
+    tensor ops' (a GPU's path) within float64 rounding, with 1 env and with 5."""
+    rng = np.random.default_rng(2)
+    for n in (1, 5):
+        host, tensors = RewardScaler(n, 0.99, "cpu"), RewardScaler(n, 0.99, "cpu")
+        for _ in range(300):
+            reward = torch.tensor(rng.normal(3.0, 4.0, size=n))  # float64, as envs give it
+            done = torch.tensor(rng.random(n) < 0.03)
+            torch.testing.assert_close(host(reward, done), tensors._scaled(reward, done))
+        for key, value in host.state_dict().items():
+            torch.testing.assert_close(value, tensors.state_dict()[key], rtol=1e-12, atol=0)
+        torch.testing.assert_close(host.returns, tensors.returns, rtol=1e-12, atol=0)
