@@ -11,8 +11,10 @@ CleanRL's figures (docs.cleanrl.dev, ppo_continuous_action.py, the v4 envs at 1M
 and std over 3 seeds of the last episodes' training returns): Hopper 2,383 +- 272,
 HalfCheetah 1,443 +- 46. Ours are deterministic evaluations of the final policy.
 
-Written to ``--out``: ``table.md`` (per env and agent: mean and std over the seeds, each seed,
-how many seeds reach CleanRL's mean, SPS) and ``results.json``.
+Written to ``--out``: ``table.md`` (per env and agent, over every finished run in ``--out``:
+the evaluated score's mean and std over the seeds, each seed, how many seeds reach CleanRL's
+mean, the training return CleanRL reports (the last logged mean of the sampled training
+episodes), SPS) and ``results.json``.
 
     python benchmarks/mujoco_ppo.py --out runs/mujoco              # 2 envs x 3 seeds, ~1 h each
     python benchmarks/mujoco_ppo.py --out runs/mujoco --agents gtrxl --seeds 1
@@ -96,11 +98,19 @@ def one_run(env_id: str, agent: str, seed: int, args: argparse.Namespace) -> Res
     return result
 
 
+def training_return(run: str) -> float:
+    """The last logged mean return of the sampled training episodes (what CleanRL reports)."""
+    from rltrans.plot import read_curve
+
+    return float(read_curve(Path(run), "charts/episodic_return", "step").y[-1])
+
+
 def table(results: list[Result]) -> str:
     """Markdown: per env and agent, the seeds' mean and std, each seed, k of n at CleanRL's mean."""
     lines = [
-        "| env | agent | score (mean +- std) | seeds | at CleanRL's mean | CleanRL (v4) | SPS |",
-        "|---|---|---|---|---|---|---|",
+        "| env | agent | evaluated (mean +- std) | seeds | at CleanRL's mean | training return "
+        "| CleanRL (v4, training) | SPS |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for env_id in ENVS:
         for agent in AGENTS:
@@ -115,9 +125,10 @@ def table(results: list[Result]) -> str:
             at = sum(s >= ref for s in scores)
             seeds = ", ".join(f"{s:.0f}" for s in scores)
             sps = statistics.median(r.sps for r in rows)
+            trained = statistics.fmean(training_return(r.run_dir) for r in rows)
             lines.append(
                 f"| {env_id} | {agent} | {statistics.fmean(scores):.0f} +- {std:.0f} | {seeds} "
-                f"| {at} of {len(rows)} | {ref:.0f} +- {ref_std:.0f} | {sps:.0f} |"
+                f"| {at} of {len(rows)} | {trained:.0f} | {ref:.0f} +- {ref_std:.0f} | {sps:.0f} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -132,7 +143,9 @@ def grid(args: argparse.Namespace) -> None:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = run_grid(args.jobs, runs, lambda r: f"score {r.score:.0f}, {r.sps:.0f} SPS")
+    run_grid(args.jobs, runs, lambda r: f"score {r.score:.0f}, {r.sps:.0f} SPS")
+    # Every finished run in --out (other agents' too), so one table holds the whole suite.
+    results = [Result(**json.loads(p.read_text())) for p in sorted(out.glob("*/result.json"))]
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     (out / "table.md").write_text(table(results))
     print(table(results))
