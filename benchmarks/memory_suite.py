@@ -185,6 +185,19 @@ RUNNER = (
 )
 
 
+def train_and_evaluate(run: Path, train: list[str], evaluate: list[str]) -> tuple[dict, dict]:
+    """Train then evaluate in one process (:data:`RUNNER`, one thread); their summary lines."""
+    argv = json.dumps({"train": train, "evaluate": evaluate})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, argv], capture_output=True, text=True, env=env
+    )
+    lines = summaries(done.stdout)
+    if done.returncode != 0 or len(lines) != 2:
+        raise RuntimeError(f"{run.name}: exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return lines[0], lines[1]
+
+
 def summaries(out: str) -> list[dict]:
     """The JSON summary lines of a run's output: train's, then evaluate's."""
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -212,7 +225,6 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
     done = run / "result.json"
     if done.is_file():
         return Result(**json.loads(done.read_text()))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     steps = budget(task, args)
     train = [
         f"env={TASKS[task]['env']}",
@@ -239,14 +251,7 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
         "torch_threads=1",
         "progress=false",
     ]
-    argv = json.dumps({"train": train, "evaluate": evaluate})
-    done_run = subprocess.run(
-        [sys.executable, "-c", RUNNER, argv], capture_output=True, text=True, env=env
-    )
-    lines = summaries(done_run.stdout)
-    if done_run.returncode != 0 or len(lines) != 2:
-        raise RuntimeError(f"{run.name}: exited {done_run.returncode}:\n{done_run.stderr[-2000:]}")
-    trained, scored = lines
+    trained, scored = train_and_evaluate(run, train, evaluate)
     result = Result(
         task,
         length,

@@ -42,7 +42,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memory_suite import RUNNER, logged_sps, run_grid, summaries
+from memory_suite import logged_sps, run_grid, summaries, train_and_evaluate
 
 ENVS = ("Hopper-v5", "HalfCheetah-v5")
 # CleanRL's published PPO (ppo_continuous_action.py, v4 envs, 1M steps): mean, std over 3 seeds.
@@ -83,15 +83,7 @@ def one_run(env_id: str, agent: str, seed: int, args: argparse.Namespace) -> Res
     if (run / "checkpoints" / "last.pt").is_file():
         train = ["resume=true", f"run_dir={run}", f"total_steps={steps}", "progress=false"]
     evaluate = [f"checkpoint={run}", f"episodes={EVAL_EPISODES}", "progress=false"]
-    argv = json.dumps({"train": train, "evaluate": evaluate})
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    finished = subprocess.run(
-        [sys.executable, "-c", RUNNER, argv], capture_output=True, text=True, env=env
-    )
-    lines = summaries(finished.stdout)
-    if finished.returncode != 0 or len(lines) != 2:
-        raise RuntimeError(f"{run.name}: exited {finished.returncode}:\n{finished.stderr[-2000:]}")
-    trained, scored = lines
+    trained, scored = train_and_evaluate(run, train, evaluate)
     sps = float(trained.get("SPS") or 0.0) or logged_sps(run)
     result = Result(env_id, agent, seed, float(scored["mean_return"]), sps, str(run))
     done.write_text(json.dumps(asdict(result)))

@@ -47,8 +47,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -56,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from memory_suite import RUNNER, logged_sps, named_steps, run_grid, steps_to, summaries
+from memory_suite import logged_sps, named_steps, run_grid, steps_to, train_and_evaluate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -222,15 +220,7 @@ def one_run(cell: Cell, env_id: str, args: argparse.Namespace) -> Result:
         "torch_threads=1",
         "progress=false",
     ]
-    argv = json.dumps({"train": train, "evaluate": evaluate})
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    finished = subprocess.run(
-        [sys.executable, "-c", RUNNER, argv], capture_output=True, text=True, env=env
-    )
-    lines = summaries(finished.stdout)
-    if finished.returncode != 0 or len(lines) != 2:
-        raise RuntimeError(f"{run.name}: exited {finished.returncode}:\n{finished.stderr[-2000:]}")
-    trained, scored = lines
+    trained, scored = train_and_evaluate(run, train, evaluate)
     low, high = return_range(env_id)
     value = float(scored["mean_return"])
     result = Result(
