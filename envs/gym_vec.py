@@ -44,7 +44,8 @@ from rltrans.envs.atari import wrap_atari
 # Private info key of the raw-env statistics, so that an env or user wrapper that writes its own
 # info["episode"] cannot collide with (or trip RecordEpisodeStatistics' assert on) ours.
 GAME_STATS_KEY = "rltrans_game"
-_WRAPPER_KEYS = ("path", "kwargs")
+_WRAPPER_KEYS = ("path", "kwargs", "phase")
+WRAPPER_PHASES = ("both", "training", "evaluation")  # which envs a wrappers entry wraps
 _VECTORIZATIONS = ("sync", "async")
 _ATARI_MODES = ("auto", "on", "off")
 
@@ -134,9 +135,10 @@ def _import_object(path: str) -> Any:
 
 
 def resolve_wrappers(
-    wrappers: Sequence[Mapping[str, Any]] | None,
+    wrappers: Sequence[Mapping[str, Any]] | None, training: bool | None = None
 ) -> tuple[tuple[Callable[..., gym.Env], dict[str, Any], str], ...]:
-    """Resolves ``[{"path": ..., "kwargs": {...}}, ...]`` into (callable, kwargs, path) triples.
+    """Resolves ``[{"path": ..., "kwargs": {...}, "phase": ...}, ...]`` into (callable, kwargs,
+    path) triples; ``training`` keeps the entries of that phase (None: every entry).
 
     Resolved in the calling process so a bad entry fails before any worker starts.
     """
@@ -152,6 +154,9 @@ def resolve_wrappers(
             raise ValueError(
                 f"wrappers[{i}] has unknown keys {unknown}; valid keys: {list(_WRAPPER_KEYS)}"
             )
+        phase = str(entry.get("phase", "both"))
+        if phase not in WRAPPER_PHASES:
+            raise ValueError(f"wrappers[{i}] phase={phase!r}; valid: {list(WRAPPER_PHASES)}")
         path = str(entry["path"])
         fn = _import_object(path)
         if isinstance(fn, type) and issubclass(fn, (VectorEnv, VectorWrapper)):
@@ -166,7 +171,8 @@ def resolve_wrappers(
                 f"wrappers[{i}] {path!r} is not a gymnasium.Wrapper subclass; wrappers entries "
                 "name single-env wrapper classes such as gymnasium.wrappers.TimeAwareObservation"
             )
-        resolved.append((fn, dict(entry.get("kwargs") or {}), path))
+        if training is None or phase in ("both", "training" if training else "evaluation"):
+            resolved.append((fn, dict(entry.get("kwargs") or {}), path))
     return tuple(resolved)
 
 
@@ -263,8 +269,9 @@ def make_vector_env(
     """Makes ``num_envs`` copies of a registered Gymnasium env as one SAME_STEP vector env.
 
     ``env_id`` may be ``"module:EnvId"`` (the module is imported first so it registers the id).
-    ``wrappers`` are single-env wrappers ``{"path": import path, "kwargs": {...}}`` applied in
-    order after the Atari preprocessing. ``atari="auto"`` preprocesses ALE ids (see
+    ``wrappers`` are single-env wrappers ``{"path": import path, "kwargs": {...}, "phase":
+    "both" | "training" | "evaluation"}`` applied in order after the Atari preprocessing, to
+    the envs of their phase (default both). ``atari="auto"`` preprocesses ALE ids (see
     :mod:`rltrans.envs.atari`); ``training`` picks its training or evaluation form.
     ``env_kwargs`` go to ``gymnasium.make``. See the module docstring for the info contract.
 
@@ -291,7 +298,8 @@ def make_vector_env(
             )
         if is_ale_spec(name, spec):
             kwargs["frameskip"] = 1  # ALE/*-v5 defaults to 4
-    factory = _EnvFactory(module, name, kwargs, use_atari, training, resolve_wrappers(wrappers))
+    wrap = resolve_wrappers(wrappers, training)
+    factory = _EnvFactory(module, name, kwargs, use_atari, training, wrap)
     vector_cls = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
     # The constructors, not gym.make_vec: make_vec prefers an env's own vector entry point
     # (CartPoleVectorEnv, ale_py's AtariVectorEnv), which would bypass the wrappers above.

@@ -227,8 +227,8 @@ def _env_specs() -> dict[str, Spec]:
         "env.num_envs@dataset": integer(1, MAX_ENVS, null=True),
         "env.vectorization": hint_spec(gym_hints["vectorization"]) or string(),
         "env.atari": hint_spec(gym_hints["atari"]) or string(),
-        # per-env wrappers: {path: import path, kwargs: {...}} (configs/env/gym.yaml)
-        "env.wrappers": Spec("list", item_keys=("path", "kwargs")),
+        # per-env wrappers: {path: import path, kwargs: {...}, phase: both|training|evaluation}
+        "env.wrappers": Spec("list", item_keys=("path", "kwargs", "phase")),
         "env.kwargs": Spec("mapping"),
         # torch-env constructor arguments with ranges (their types come from the signatures)
         "env.kwargs.length@torch": integer(1, MAX_LENGTH),

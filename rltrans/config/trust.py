@@ -51,7 +51,7 @@ MAX_YAML_BYTES = 2**20  # bytes of a config.yaml (a saved one holds about 4,000)
 # modules, ale-py's registrations and minigrid's (env=minigrid_memory names its ids).
 TRUSTED_ROOTS = ("gymnasium", "ale_py", "minigrid", "rltrans")
 # Wrappers of trusted modules that write files or open windows: refused from files as well.
-SIDE_EFFECT_WRAPPERS = ("RecordVideo", "HumanRendering")
+SIDE_EFFECT_WRAPPERS = ("RecordVideo", "HumanRendering", "EpisodeRecorder")
 # Render modes that draw into arrays or text: any other (``human``) opens a window.
 QUIET_RENDER_MODES = (None, "rgb_array", "rgb_array_list", "ansi", "ansi_list")
 # The config groups: a saved config has one section each, checked against its kind's options.
