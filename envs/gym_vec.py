@@ -147,7 +147,7 @@ def resolve_wrappers(
         if not isinstance(entry, Mapping) or "path" not in entry:
             raise ValueError(
                 f"wrappers[{i}] = {entry!r} must be a mapping with keys {list(_WRAPPER_KEYS)} "
-                "('kwargs' optional)"
+                "('kwargs' and 'phase' optional)"
             )
         unknown = sorted(set(entry) - set(_WRAPPER_KEYS))
         if unknown:

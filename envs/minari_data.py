@@ -230,6 +230,23 @@ def _episode_buffer(index: int, ep: Episode, missing_final: MissingFinal) -> Epi
     )
 
 
+def _check_arguments(
+    data_format: str, missing_final: str, ref_min: float | None, ref_max: float | None
+) -> None:
+    """ValueError naming the first of write_minari's choices that is not valid."""
+    if data_format not in ("hdf5", "arrow"):
+        raise ValueError(f"data_format={data_format!r}; valid: ['hdf5', 'arrow']")
+    if missing_final not in ("error", "repeat_last"):
+        raise ValueError(
+            f"missing_final_observation={missing_final!r}; valid: ['error', 'repeat_last']"
+        )
+    if (ref_min is None) != (ref_max is None):
+        # Minari would fill in the missing one by playing episodes in the eval env.
+        raise ValueError(
+            f"ref_min_score={ref_min} and ref_max_score={ref_max}: give both or neither"
+        )
+
+
 def write_minari(
     dataset_id: str,
     episodes: Iterable[Episode],
@@ -247,11 +264,15 @@ def write_minari(
     jpeg_encoding: bool = False,
     missing_final_observation: MissingFinal = "error",
     overwrite: bool = False,
+    ref_min_score: float | None = None,
+    ref_max_score: float | None = None,
 ) -> Path:
     """Write episodes as Minari dataset `dataset_id` (no jax needed); returns its directory.
 
     `env` is the collection env (its spaces are used unless given); `eval_env` defaults to it.
     Image observations are stored losslessly unless `jpeg_encoding=True` (Minari's default).
+    `ref_min_score` and `ref_max_score` (both or neither) are the reference returns D4RL's
+    normalised score divides by, stored as Minari stores them.
 
     Example:
         >>> eps = collect_episodes("CartPole-v1", None, episodes=10)  # doctest: +SKIP
@@ -259,13 +280,7 @@ def write_minari(
         ...              algorithm_name="random", author="me", description="10 random episodes")
     """
     parse_dataset_id(dataset_id)  # Minari's own id check, before anything touches the disk
-    if data_format not in ("hdf5", "arrow"):
-        raise ValueError(f"data_format={data_format!r}; valid: ['hdf5', 'arrow']")
-    if missing_final_observation not in ("error", "repeat_last"):
-        raise ValueError(
-            f"missing_final_observation={missing_final_observation!r}; "
-            f"valid: ['error', 'repeat_last']"
-        )
+    _check_arguments(data_format, missing_final_observation, ref_min_score, ref_max_score)
     if env is None and (observation_space is None or action_space is None):
         raise ValueError("env=None needs both observation_space and action_space")
     if env is not None and (observation_space is None or action_space is None):
@@ -286,6 +301,8 @@ def write_minari(
         description=description,
         data_format=data_format,
     )
+    if ref_min_score is not None:
+        metadata.update(ref_min_score=float(ref_min_score), ref_max_score=float(ref_max_score))
     if "jpeg_encoding" in inspect.signature(minari.create_dataset_from_buffers).parameters:
         metadata["jpeg_encoding"] = jpeg_encoding
     elif jpeg_encoding:  # Minari releases before the option never encode frames

@@ -27,6 +27,8 @@ __all__ = [
     "env_config_from_spec",
     "load_dataset",
     "make_eval_env_fn",
+    "normalized_by_target",
+    "normalized_score",
 ]
 
 DatasetKind = Literal["auto", "minari", "dqn_replay"]
@@ -140,6 +142,37 @@ class OfflineDataset:
     def lengths(self) -> np.ndarray:
         """Number of steps per episode, (E,) int64."""
         return np.array([len(ep) for ep in self.episodes], dtype=np.int64)
+
+    def reference_scores(self) -> tuple[float, float] | None:
+        """(ref_min_score, ref_max_score) of a Minari dataset's metadata (D4RL's random and
+        expert returns), or None when it records not both."""
+        metadata = self.info.get("metadata") or {}
+        low, high = metadata.get("ref_min_score"), metadata.get("ref_max_score")
+        if low is None or high is None or not np.isfinite([low, high]).all() or low == high:
+            return None
+        return float(low), float(high)
+
+
+def normalized_score(episode_return: float, reference: tuple[float, float]) -> float:
+    """D4RL's normalised score: 100 * (return - random) / (expert - random).
+
+    Example:
+        >>> round(normalized_score(1627.3, (-20.27, 3234.3)), 1)  # Hopper's D4RL references
+        50.6
+    """
+    low, high = reference
+    return 100.0 * (episode_return - low) / (high - low)
+
+
+def normalized_by_target(
+    by_target: dict[str, float], data_info: dict[str, Any] | None
+) -> dict[str, float] | None:
+    """D4RL-normalised mean return per target, for data recording reference scores."""
+    info = data_info or {}
+    if info.get("ref_min_score") is None or info.get("ref_max_score") is None:
+        return None
+    reference = (float(info["ref_min_score"]), float(info["ref_max_score"]))
+    return {t: round(normalized_score(r, reference), 2) for t, r in by_target.items()}
 
 
 def make_eval_env_fn(dataset: OfflineDataset, **kwargs: Any) -> Callable[[], gym.Env]:

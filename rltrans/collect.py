@@ -218,6 +218,14 @@ def _dataset_path(cfg: DictConfig) -> Path:
             f"e.g. rltrans/cartpole-mixed-v0"
         )
     parse_dataset_id(str(cfg.dataset_id))  # Minari's own check of the parts
+    references = (cfg.ref_min_score, cfg.ref_max_score)
+    if (references[0] is None) != (references[1] is None) or (
+        references[0] is not None and references[0] >= references[1]
+    ):
+        raise ConfigError(
+            f"ref_min_score={references[0]} and ref_max_score={references[1]}: give both, "
+            f"the first below the second (D4RL's random and expert returns), or neither"
+        )
     if cfg.episodes < 1 or cfg.num_envs < 1:
         raise ConfigError(f"episodes={cfg.episodes} and num_envs={cfg.num_envs} must be >= 1")
     path = Path(get_dataset_path(str(cfg.dataset_id)))
@@ -303,6 +311,8 @@ def collect(cfg: DictConfig) -> dict[str, Any]:
         author_email=cfg.author_email,
         description=description,
         overwrite=bool(cfg.overwrite),
+        ref_min_score=cfg.ref_min_score,
+        ref_max_score=cfg.ref_max_score,
     )
     returns = np.array([ep.episode_return for ep in episodes])
     return {

@@ -27,6 +27,7 @@ from rltrans.config import ConfigError
 from rltrans.config.keys import MAX_ENVS
 from rltrans.config.resources import check_resources
 from rltrans.envs import make_env
+from rltrans.envs.offline import normalized_by_target
 from rltrans.fsutil import check_output
 from rltrans.policy import (
     agent_from_checkpoint,
@@ -205,6 +206,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         summary["num_envs"] = num_envs
         summary["targets"] = targets
         summary["return_by_target"] = {f"{r.target:g}": r.summary()["mean_return"] for r in results}
+        normalized = normalized_by_target(summary["return_by_target"], payload.get("dataset"))
+        if normalized is not None:
+            summary["normalized_score_by_target"] = normalized
         summary["per_target"] = [r.summary() for r in results]
     else:
         successes = [ep.success for ep in episodes if ep.success is not None]

@@ -105,6 +105,8 @@ _DATASET_FIELDS = {
     "min_return": float,
     "mean_return": float,
     "max_return": float,
+    "ref_min_score": float,  # D4RL-style data's reference returns (optional)
+    "ref_max_score": float,
 }
 
 

@@ -249,3 +249,32 @@ def test_dqn_replay_shards_train_a_cnn_decision_transformer(tmp_path, capsys):
 def test_derived_targets_are_evenly_spaced_up_to_the_best_return():
     assert derive_targets(np.array([10.0, 20.0, 500.0]), 3) == [173.33, 336.67, 500.0]
     assert derive_targets(np.array([7.0, 7.0]), 4) == [7.0]
+
+
+def test_reference_scores_give_d4rls_normalised_score(tmp_path, capsys):
+    args = ["dataset_id=rltrans/cp-ref-v0", "env_id=CartPole-v1", "episodes=4", "progress=false"]
+    args += [f"max_episode_steps={LIMIT}"]
+    assert collect_main([*args, "ref_min_score=10"]) == 2
+    assert "ref_min_score=10.0 and ref_max_score=None: give both" in capsys.readouterr().err
+    assert collect_main([*args, "ref_min_score=20", "ref_max_score=10"]) == 2
+    assert "the first below the second" in capsys.readouterr().err
+    assert collect_main([*args, "ref_min_score=10", "ref_max_score=30"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "run"
+    train = ["agent=bc", "dataset=rltrans/cp-ref-v0", *TINY["bc"], *COMMON, f"run_dir={run}"]
+    train += ["train_steps=2", "algo.eval_episodes=2", "algo.eval_targets=[40]"]
+    assert train_main(train) == 0
+    summary = summary_line(capsys.readouterr().out)
+    assert (summary["dataset"]["ref_min_score"], summary["dataset"]["ref_max_score"]) == (10, 30)
+    score = 100 * (summary["return_by_target"]["40"] - 10) / 20
+    assert summary["normalized_score_by_target"] == {"40": pytest.approx(score, abs=0.005)}
+    assert evaluate_main([f"checkpoint={run}", "episodes=2", "progress=false"]) == 0
+    result = summary_line(capsys.readouterr().out)
+    score = 100 * (result["return_by_target"]["40"] - 10) / 20
+    assert result["normalized_score_by_target"] == {"40": pytest.approx(score, abs=0.005)}
+    # Data without reference scores reports none.
+    assert collect_main([*args[1:], "dataset_id=rltrans/cp-plain-v0"]) == 0
+    capsys.readouterr()
+    train[1] = "dataset=rltrans/cp-plain-v0"
+    assert train_main([*train, "overwrite=true"]) == 0
+    assert "normalized_score_by_target" not in summary_line(capsys.readouterr().out)

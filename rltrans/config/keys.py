@@ -273,6 +273,8 @@ def _collect_specs() -> dict[str, Spec]:
         "torch_threads": THREADS,
         "author_email": string(null=True),
         "description": string(null=True),
+        "ref_min_score": number(null=True),
+        "ref_max_score": number(null=True),
     }
 
 

@@ -39,6 +39,7 @@ from rltrans.envs.offline import (
     detect_dataset_kind,
     env_config_from_spec,
     load_dataset,
+    normalized_by_target,
 )
 from rltrans.learners import Learner
 from rltrans.registry import agent_entry, build_agent
@@ -212,6 +213,9 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
         "mean_return": float(returns.mean()),
         "max_return": float(returns.max()),
     }
+    reference = dataset.reference_scores()
+    if reference is not None:  # D4RL-style data: scores are normalised against these
+        info["ref_min_score"], info["ref_max_score"] = reference
     return dataset, info
 
 
@@ -412,6 +416,9 @@ class OfflineTrainer(Trainer):
             by_target = {f"{r.target:g}": float(np.mean(r.returns)) for r in self.results}
             summary["return_by_target"] = by_target
             summary["eval_mean_return"] = eval_metrics(self.results)["eval/return_mean"]
+            normalized = normalized_by_target(by_target, self.data_info)
+            if normalized is not None:
+                summary["normalized_score_by_target"] = normalized
         return summary
 
 

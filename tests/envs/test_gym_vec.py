@@ -218,7 +218,7 @@ def test_episode_stats_are_recorded_below_reward_wrappers() -> None:
         (
             [{"path": "gymnasium.wrappers.TimeAwareObservation", "kwarg": {}}],
             ValueError,
-            r"unknown keys \['kwarg'\]; valid keys: \['path', 'kwargs'\]",
+            r"unknown keys \['kwarg'\]; valid keys: \['path', 'kwargs', 'phase'\]",
         ),
         ([{"kwargs": {}}], ValueError, r"wrappers\[0\].*must be a mapping with keys"),
         (
