@@ -58,7 +58,8 @@ DATASET_STEPS = 1_000_000  # expert and medium, as D4RL's
 CHECKPOINT_EVERY = 5  # updates of 2,048 steps
 PROBE_EPISODES = 10
 AGENTS = {  # the DT paper's Gym settings are agent=dt's and algo=offline's defaults
-    "dt": ["agent=dt", "algo.return_scale=1000"],
+    # max_timestep: the paper's (the env's step limit), not only the data's longest episode
+    "dt": ["agent=dt", "algo.return_scale=1000", "agent.max_timestep=1000"],
     "bc": ["agent=bc"],
     "bc10": ["agent=bc", "algo.top_fraction=0.1"],
 }
@@ -77,7 +78,7 @@ def dataset_id(env_id: str, kind: str) -> str:
     return f"rltrans/{ENVS[env_id]['name']}/{kind}-v0"
 
 
-def _python(args: list[str], what: str) -> list[dict]:
+def run_python(args: list[str], what: str) -> list[dict]:
     """Run ``python <args>`` (one torch thread); its JSON summary lines."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env)
@@ -111,7 +112,7 @@ def behaviour(env_id: str, folder: Path) -> dict:
         train = ["resume=true", f"total_steps={BEHAVIOUR_STEPS}"]
     common = [f"run_dir={run}", "trust_env_code=true", "torch_threads=1", "progress=false"]
     start = time.perf_counter()
-    (summary,) = _python(["-m", "rltrans.train", *train, *common], f"{env_id} behaviour")
+    (summary,) = run_python(["-m", "rltrans.train", *train, *common], f"{env_id} behaviour")
     summary["wall_s"] = time.perf_counter() - start
     done.write_text(json.dumps(summary))
     return summary
@@ -132,7 +133,7 @@ def probe(checkpoints: list[Path], env_id: str) -> list[dict]:
         ]
         for c in checkpoints
     ]
-    return _python(["-c", RUNNER, json.dumps(argvs)], f"{env_id} probes")
+    return run_python(["-c", RUNNER, json.dumps(argvs)], f"{env_id} probes")
 
 
 def medium_policy(env_id: str, folder: Path) -> dict:
@@ -188,7 +189,7 @@ def collect(env_id: str, kind: str, policy: dict, seed: int) -> dict:
         f"{policy['checkpoint']} (actions sampled)",
     ]
     start = time.perf_counter()
-    (summary,) = _python(["-m", "rltrans.collect", *args], f"{dataset_id(env_id, kind)}")
+    (summary,) = run_python(["-m", "rltrans.collect", *args], f"{dataset_id(env_id, kind)}")
     summary["wall_s"] = time.perf_counter() - start
     return summary
 
@@ -323,7 +324,7 @@ def one_run(env_id: str, kind: str, agent: str, seed: int, args: argparse.Namesp
     if (run / "checkpoints" / "last.pt").is_file():
         train = ["resume=true", f"train_steps={args.train_steps}"]
     common = [f"run_dir={run}", "torch_threads=1", "progress=false"]
-    (summary,) = _python(["-m", "rltrans.train", *train, *common], run.name)
+    (summary,) = run_python(["-m", "rltrans.train", *train, *common], run.name)
     by_target = summary["return_by_target"]
     top = f"{ENVS[env_id]['target']:g}"
     result = Result(

@@ -62,6 +62,7 @@ __all__ = [
     "atari_eval_spec",
     "capitalize_game_name",
     "d4rl_stack",
+    "dopamine_rows",
     "dqn_replay_episodes",
     "dqn_replay_to_minari",
     "find_checkpoint",
@@ -360,6 +361,39 @@ def _read_add_count(path: Path) -> int:
             raise DatasetError(f"{path}: {dtype}{shape}, expected one integer (add_count)")
         f.seek(0)
         return int(np.load(f, allow_pickle=False))
+
+
+def dopamine_rows(
+    episodes: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Episodes as the rows Dopamine's logged replay buffer holds, for
+    :func:`write_dqn_replay_shard`: before each episode 3 all-zero rows (its frame-stack
+    padding), then one row per step: the step's newest frame, its action, its reward clipped
+    to [-1, 1], and terminal 1 on the episode's last step (Dopamine's Runner ends an episode
+    at game over and at its step limit alike).
+
+    Each episode is (frames (T, 84, 84) uint8, actions (T,), rewards (T,) as the game paid).
+    """
+    parts: list[list[np.ndarray]] = [[], [], [], []]
+    for i, (frames, actions, rewards) in enumerate(episodes):
+        frames, actions, rewards = np.asarray(frames), np.asarray(actions), np.asarray(rewards)
+        t = len(frames)
+        if t == 0 or frames.shape[1:] != FRAME_SHAPE or len(actions) != t or len(rewards) != t:
+            raise ValueError(
+                f"episode {i}: frames {frames.shape}, actions {actions.shape}, rewards "
+                f"{rewards.shape}; expected (T, 84, 84), (T,), (T,) with T >= 1"
+            )
+        terminal = np.zeros(PADDING_ROWS + t, np.uint8)
+        terminal[-1] = 1
+        parts[0] += [np.zeros((PADDING_ROWS, *FRAME_SHAPE), np.uint8), frames.astype(np.uint8)]
+        parts[1] += [np.zeros(PADDING_ROWS, np.int32), actions.astype(np.int32)]
+        clipped = np.clip(rewards.astype(np.float32), -1.0, 1.0)
+        parts[2] += [np.zeros(PADDING_ROWS, np.float32), clipped]
+        parts[3].append(terminal)
+    if not parts[3]:
+        raise ValueError("no episodes to write")
+    observations, actions, rewards, terminals = (np.concatenate(p) for p in parts)
+    return observations, actions, rewards, terminals
 
 
 def write_dqn_replay_shard(

@@ -385,3 +385,30 @@ def test_a_payload_shorter_than_its_header_names_the_file(tmp_path, checkpoint):
     paths["reward"].write_bytes(gzip.compress(raw[:-40]))  # ten rewards short
     with pytest.raises(DatasetError, match=r"reward_ckpt\.1\.gz: EOF: reading array data"):
         load_eps(tmp_path)
+
+
+def test_dopamine_rows_round_trip_through_the_reader(tmp_path):
+    from rltrans.envs.dqn_replay import dopamine_rows
+
+    rng = np.random.default_rng(0)
+    played = [
+        (
+            rng.integers(1, 256, (t, 84, 84), dtype=np.uint8),
+            rng.integers(0, 4, t),
+            rng.choice(np.array([0.0, 1.0, 4.0, 7.0]), t),  # Breakout pays 1, 4 and 7 a brick
+        )
+        for t in (5, 1, 9)
+    ]
+    rows = dopamine_rows(played)
+    assert len(rows[0]) == sum(3 + len(f) for f, _, _ in played)
+    assert not rows[0][:3].any() and rows[3].sum() == len(played)
+    write_dqn_replay_shard(tmp_path, "Breakout", 1, 1, *rows, layout="d4rl")
+    data = dqn_replay_episodes("breakout-mixed-v0", root=tmp_path, check_size=False, progress=False)
+    assert len(data.episodes) == len(played)
+    for ep, (frames, actions, rewards) in zip(data.episodes, played, strict=True):
+        np.testing.assert_array_equal(ep.observations, frames)
+        np.testing.assert_array_equal(ep.actions, actions)
+        np.testing.assert_array_equal(ep.rewards, np.clip(rewards, -1, 1))  # stored clipped
+        assert ep.terminated and not ep.truncated
+    with pytest.raises(ValueError, match=r"episode 0: frames \(2, 84\)"):
+        dopamine_rows([(np.zeros((2, 84), np.uint8), np.zeros(2), np.zeros(2))])
