@@ -5,8 +5,9 @@ against behaviour cloning on them.
 with D4RL's reference returns as ``ref_min_score`` / ``ref_max_score``:
 
 1. the behaviour policy: ``python -m rltrans.train agent=mlp_continuous env=gym
-   env.id=<Env>-v5 env.num_envs=1 seed=0 total_steps=1000000``, a checkpoint every 10,240
-   steps, every training episode recorded (:class:`rltrans.envs.recorder.EpisodeRecorder`);
+   env.id=<Env>-v5 env.num_envs=1 seed=<--behaviour-seed> total_steps=1000000``, a
+   checkpoint every 10,240 steps, every training episode recorded
+   (:class:`rltrans.envs.recorder.EpisodeRecorder`), in ``<out>/<Env>/seed<k>``;
 2. its checkpoints evaluated (10 episodes, actions sampled as when collecting) in order
    until one reaches a third of the final policy's return: the *medium* policy;
 3. ``expert``: episodes of the final policy, ``medium``: of the medium policy, each
@@ -87,7 +88,7 @@ def run_python(args: list[str], what: str) -> list[dict]:
     return summaries(done.stdout)
 
 
-def behaviour(env_id: str, folder: Path) -> dict:
+def behaviour(env_id: str, folder: Path, seed: int) -> dict:
     """Train (or resume, or reuse) the behaviour policy, recording its training episodes."""
     done = folder / "behaviour.json"
     if done.is_file():
@@ -102,7 +103,7 @@ def behaviour(env_id: str, folder: Path) -> dict:
         "env=gym",
         f"env.id={env_id}",
         "env.num_envs=1",
-        "seed=0",
+        f"seed={seed}",
         f"total_steps={BEHAVIOUR_STEPS}",
         f"checkpoint_every={CHECKPOINT_EVERY}",
         "keep_checkpoints=1000",
@@ -265,11 +266,11 @@ def make(env_id: str, kind: str, folder: Path, policies: dict) -> dict:
 def datasets(args: argparse.Namespace) -> None:
     """Behaviour policy, medium policy and the four datasets per env; datasets.json."""
     for env_id in args.envs:
-        folder = Path(args.out) / env_id
+        folder = Path(args.out) / env_id / f"seed{args.behaviour_seed}"
         folder.mkdir(parents=True, exist_ok=True)
         record = folder / "datasets.json"
         made = json.loads(record.read_text()) if record.is_file() else {}
-        made["behaviour"] = behaviour(env_id, folder)
+        made["behaviour"] = behaviour(env_id, folder, args.behaviour_seed)
         print(f"{env_id}: behaviour policy {made['behaviour']['wall_s']:.0f} s", flush=True)
         policies = medium_policy(env_id, folder)
         made["policies"] = {k: v for k, v in policies.items() if k != "probes"}
@@ -436,6 +437,7 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=["Hopper-v5"], choices=list(ENVS))
     parser.add_argument("--kinds", nargs="+", default=["medium", "medium-replay"], choices=KINDS)
     parser.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS))
+    parser.add_argument("--behaviour-seed", type=int, default=1, help="the PPO run's seed")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--train-steps", type=int, default=100_000)
     parser.add_argument("--jobs", type=int, default=1)
