@@ -194,7 +194,7 @@ def grid(args: argparse.Namespace) -> None:
     target = data(args)["best_clipped_return"]
     runs = {
         f"{agent}-s{seed}": (lambda a=agent, s=seed: one_run(a, s, args, target))
-        for seed in range(1, args.seeds + 1)
+        for seed in args.seeds
         for agent in args.agents
     }
     run_grid(args.jobs, runs, lambda r: f"score {r.score:.1f}")
@@ -241,7 +241,7 @@ def main() -> None:
     parser.add_argument("--envs-per-epsilon", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7, help="the data's env and epsilon seed")
     parser.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS))
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--train-steps", type=int, default=5000)
     parser.add_argument("--context", type=int, default=30)
     parser.add_argument("--batch", type=int, default=128)

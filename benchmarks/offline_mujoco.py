@@ -28,7 +28,7 @@ correlation between target and return, and the issue's pass criteria as k of n.
 
     python benchmarks/offline_mujoco.py datasets --envs Hopper-v5 --out runs/offline-mujoco
     python benchmarks/offline_mujoco.py grid --envs Hopper-v5 --kinds medium medium-replay \
-        --seeds 3 --train-steps 10000 --out runs/offline-mujoco
+        --seeds 1 2 3 --train-steps 10000 --out runs/offline-mujoco
     python benchmarks/offline_mujoco.py table --out runs/offline-mujoco
 """
 
@@ -348,7 +348,7 @@ def grid(args: argparse.Namespace) -> None:
         f"{env_id}-{kind}-{agent}-s{seed}": (
             lambda e=env_id, k=kind, a=agent, s=seed: one_run(e, k, a, s, args)
         )
-        for seed in range(1, args.seeds + 1)
+        for seed in args.seeds
         for env_id in args.envs
         for kind in args.kinds
         for agent in args.agents
@@ -438,7 +438,7 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=["medium", "medium-replay"], choices=KINDS)
     parser.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS))
     parser.add_argument("--behaviour-seed", type=int, default=1, help="the PPO run's seed")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--train-steps", type=int, default=100_000)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", default="runs/offline-mujoco")
