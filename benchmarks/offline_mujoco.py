@@ -185,9 +185,10 @@ def collect(env_id: str, kind: str, policy: dict, seed: int) -> dict:
         "torch_threads=1",
         "progress=false",
         "overwrite=true",
-        f"description={kind} dataset of {env_id} in D4RL's recipe, made by "
+        # Quoted: the override grammar reads a bare colon or parenthesis as its own.
+        f'description="{kind} dataset of {env_id} in the D4RL recipe, made by '
         f"benchmarks/offline_mujoco.py: {episodes} episodes of rltrans PPO policy "
-        f"{policy['checkpoint']} (actions sampled)",
+        f'{policy["checkpoint"]}, actions sampled"',
     ]
     start = time.perf_counter()
     (summary,) = run_python(["-m", "rltrans.collect", *args], f"{dataset_id(env_id, kind)}")
