@@ -86,3 +86,30 @@ def test_errors_name_the_bad_value(tmp_path):
     np.savez(tmp_path / "episodes-x.npz", rewards=np.zeros(3))
     with pytest.raises(ValueError, match="lacks"):
         read_recorded(tmp_path)
+
+
+def test_a_training_run_records_exactly_its_training_episodes(tmp_path, capsys):
+    import json
+
+    from rltrans.train import main as train_main
+
+    folder = tmp_path / "replay"
+    recorder = f"{{path: rltrans.envs.recorder.EpisodeRecorder, kwargs: {{folder: {folder}}}}}"
+    args = ["agent=mlp", "env=gym", "env.id=CartPole-v1", "env.num_envs=2", "total_steps=512"]
+    args += ["algo.num_steps=64", "algo.segment_length=1", "algo.eval_every=1", "progress=false"]
+    args += [f"run_dir={tmp_path / 'run'}", "compile=false", "torch_threads=1"]
+    wrappers = f"env.wrappers=[{recorder[:-1]}, phase: training}}]"
+    assert train_main([*args, wrappers]) == 0  # typed by the user: no trust asked
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    summary = json.loads(lines[-1])
+    recorded = read_recorded(folder)
+    # Every finished training episode, none of the evaluations' (each update evaluated).
+    assert len(recorded) == summary["episodes"] > 0
+    # The run's saved config names a wrapper that writes files: reading it back needs trust.
+    evaluate = ["checkpoint=" + str(tmp_path / "run"), "episodes=2", "progress=false"]
+    from rltrans.evaluate import main as evaluate_main
+
+    assert evaluate_main(evaluate) == 2
+    assert "trust_env_code=true" in capsys.readouterr().err
+    assert evaluate_main([*evaluate, "trust_env_code=true"]) == 0
+    assert len(read_recorded(folder)) == len(recorded)  # evaluating recorded nothing
