@@ -107,6 +107,8 @@ def behaviour(env_id: str, folder: Path, seed: int) -> dict:
         f"total_steps={BEHAVIOUR_STEPS}",
         f"checkpoint_every={CHECKPOINT_EVERY}",
         "keep_checkpoints=1000",
+        # compile=auto decides by timing, so the machine's load would pick the numerics.
+        "compile=true",
         f"env.wrappers=[{recorder}]",
     ]
     if (run / "checkpoints" / "last.pt").is_file():
