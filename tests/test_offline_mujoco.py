@@ -97,3 +97,30 @@ def test_spearman_is_the_rank_correlation(maker):
     assert maker.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert maker.spearman([1, 2, 3, 4], [1, 3, 3, 4]) == pytest.approx(0.9486832980505138)
     assert maker.spearman([1, 2, 3], [7, 7, 7]) == 0.0
+
+
+def test_the_medium_policy_is_the_first_checkpoint_at_a_third_of_the_final_one(
+    maker, tmp_path, monkeypatch
+):
+    checkpoints = tmp_path / "behaviour" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    returns = {
+        "last": 3000.0,
+        **{f"step_{s:012d}": r for s, r in [(1, 50), (2, 900), (3, 1100), (4, 800), (5, 2000)]},
+    }
+    for name in returns:
+        (checkpoints / f"{name}.pt").touch()
+    probed = []
+
+    def probe(paths, env_id):
+        probed.extend(p.stem for p in paths)
+        return [
+            {"mean_return": returns[p.stem], "std_return": 1.0, "mean_length": 10.0} for p in paths
+        ]
+
+    monkeypatch.setattr(maker, "probe", probe)
+    chosen = maker.medium_policy("Hopper-v5", tmp_path)
+    assert chosen["medium_step"] == 3 and chosen["medium"]["mean_return"] == 1100  # >= 1000
+    assert chosen["expert"]["mean_return"] == 3000
+    assert maker.medium_policy("Hopper-v5", tmp_path) == chosen  # cached: not probed again
+    assert probed.count("last") == 1
