@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memory_suite import run_grid, summaries
+from memory_suite import logged_sps, run_grid, summaries
 
 # D4RL's reference returns (random, expert; d4rl/infos.py) and the DT paper's target return.
 ENVS: dict[str, dict[str, Any]] = {
@@ -331,6 +331,8 @@ def one_run(env_id: str, kind: str, agent: str, seed: int, args: argparse.Namesp
     (summary,) = run_python(["-m", "rltrans.train", *train, *common], run.name)
     by_target = summary["return_by_target"]
     top = f"{ENVS[env_id]['target']:g}"
+    # A run that had finished before this call trains nothing now: its logged speed.
+    speed = float(summary["steps_per_s"]) or logged_sps(run)
     result = Result(
         env_id,
         kind,
@@ -338,7 +340,7 @@ def one_run(env_id: str, kind: str, agent: str, seed: int, args: argparse.Namesp
         seed,
         by_target,
         float(summary["normalized_score_by_target"][top]),
-        float(summary["steps_per_s"]),
+        speed,
         str(run),
     )
     done.write_text(json.dumps(asdict(result)))
