@@ -124,3 +124,17 @@ def test_the_medium_policy_is_the_first_checkpoint_at_a_third_of_the_final_one(
     assert chosen["expert"]["mean_return"] == 3000
     assert maker.medium_policy("Hopper-v5", tmp_path) == chosen  # cached: not probed again
     assert probed.count("last") == 1
+
+
+def test_dt_is_scored_on_the_papers_targets_and_on_targets_up_to_the_datas_best(maker):
+    goals = maker.targets("Hopper-v5", "dt", best=1421.0)
+    assert goals == [720, 1440, 2160, 2880, 3600, 284, 568, 853, 1137, 1421]
+    assert maker.targets("Hopper-v5", "bc", best=1421.0) == [3600.0]
+    returns = dict(zip(goals, [891, 1051, 1122, 935, 894, 250, 600, 970, 1220, 1030], strict=True))
+    run = maker.Result(
+        "Hopper-v5", "medium-replay", "dt", 1, {f"{t:g}": r for t, r in returns.items()},
+        27.9, 4.0, "run", data_best=1421.0,
+    )  # fmt: skip
+    assert maker._rank_cell([run], "paper") == "0 of 1 (0.10)"
+    assert maker._rank_cell([run], "data") == "1 of 1 (0.90)"
+    assert maker._at_best([run]) == f"{100 * (1030 + 20.27) / (3234.3 + 20.27):.1f} (32.3)"
