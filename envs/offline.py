@@ -147,10 +147,23 @@ class OfflineDataset:
         """(ref_min_score, ref_max_score) of a Minari dataset's metadata (D4RL's random and
         expert returns), or None when it records not both."""
         metadata = self.info.get("metadata") or {}
-        low, high = metadata.get("ref_min_score"), metadata.get("ref_max_score")
-        if low is None or high is None or not np.isfinite([low, high]).all() or low == high:
-            return None
-        return float(low), float(high)
+        values = []
+        for key in ("ref_min_score", "ref_max_score"):
+            value = metadata.get(key)
+            if value is None:
+                return None
+            number = np.asarray(value)
+            if number.shape != () or number.dtype.kind not in "iuf" or not np.isfinite(number):
+                raise DatasetError(
+                    f"dataset {self.name!r}: metadata {key}={value!r}: expected a finite number"
+                )
+            values.append(float(number))
+        if values[0] >= values[1]:
+            raise DatasetError(
+                f"dataset {self.name!r}: metadata ref_min_score={values[0]} is not below "
+                f"ref_max_score={values[1]}"
+            )
+        return values[0], values[1]
 
 
 def normalized_score(episode_return: float, reference: tuple[float, float]) -> float:

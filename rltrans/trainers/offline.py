@@ -189,6 +189,7 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
             dqn_replay=to_container(cfg.algo.dqn_replay),
             progress=cfg.progress,
         )
+        reference = dataset.reference_scores()  # D4RL's returns, when the metadata has them
     except FileNotFoundError as err:
         raise ConfigError(str(err)) from None
     except ConfigError:
@@ -213,7 +214,6 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
         "mean_return": float(returns.mean()),
         "max_return": float(returns.max()),
     }
-    reference = dataset.reference_scores()
     if reference is not None:  # D4RL-style data: scores are normalised against these
         info["ref_min_score"], info["ref_max_score"] = reference
     return dataset, info
