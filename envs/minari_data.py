@@ -240,10 +240,12 @@ def _check_arguments(
         raise ValueError(
             f"missing_final_observation={missing_final!r}; valid: ['error', 'repeat_last']"
         )
-    if (ref_min is None) != (ref_max is None):
-        # Minari would fill in the missing one by playing episodes in the eval env.
+    if (ref_min is None) != (ref_max is None) or (ref_min is not None and ref_min >= ref_max):
+        # Minari would fill in a missing one by playing episodes in the eval env; a minimum
+        # not below the maximum is what the reader refuses (OfflineDataset.reference_scores).
         raise ValueError(
-            f"ref_min_score={ref_min} and ref_max_score={ref_max}: give both or neither"
+            f"ref_min_score={ref_min} and ref_max_score={ref_max}: give both, the first below "
+            f"the second, or neither"
         )
 
 
