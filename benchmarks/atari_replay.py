@@ -159,6 +159,9 @@ class Result:
     score: float  # mean game score of the evaluation episodes
     steps_per_s: float
     run_dir: str
+    context: int = 0  # the run's settings, which the table states (0: not recorded)
+    batch: int = 0
+    train_steps: int = 0
 
 
 def one_run(agent: str, seed: int, args: argparse.Namespace, target: float) -> Result:
@@ -184,7 +187,8 @@ def one_run(agent: str, seed: int, args: argparse.Namespace, target: float) -> R
     common = [f"train_steps={args.train_steps}", f"run_dir={run}", "progress=false"]
     (summary,) = run_python(["-m", "rltrans.train", *train, *common, "torch_threads=1"], run.name)
     score = float(summary["eval_mean_return"])
-    result = Result(agent, seed, score, float(summary["steps_per_s"]), str(run))
+    speed = float(summary["steps_per_s"])
+    result = Result(agent, seed, score, speed, str(run), args.context, args.batch, args.train_steps)
     done.write_text(json.dumps(asdict(result)))
     return result
 
@@ -199,6 +203,20 @@ def grid(args: argparse.Namespace) -> None:
     }
     run_grid(args.jobs, runs, lambda r: f"score {r.score:.1f}")
     table(args)
+
+
+def settings(results: list[Result]) -> str:
+    """The runs' context, batch and gradient steps, as the runs recorded them (each distinct
+    value listed, so a table over mixed settings says so)."""
+
+    def values(name: str) -> str:
+        seen = sorted({getattr(r, name) for r in results})
+        return "/".join(f"{v:,}" if v else "?" for v in seen) or "-"
+
+    return (
+        f"context {values('context')}, batch {values('batch')}, "
+        f"{values('train_steps')} gradient steps"
+    )
 
 
 def table(args: argparse.Namespace) -> None:
@@ -218,8 +236,7 @@ def table(args: argparse.Namespace) -> None:
     lines = [
         f"{args.game}: {info['rows']:,} rows, {info['episodes']} episodes, epsilons "
         f"{info['epsilons']}; data mean score {info['mean_score']:.1f}, best "
-        f"{info['best_score']:.0f}; context {args.context}, batch {args.batch}, "
-        f"{args.train_steps} gradient steps",
+        f"{info['best_score']:.0f}; {settings(results)}",
         "",
         "| DT (per seed) | BC (per seed) | DT > BC and > the data's mean | DT grad steps/s |",
         "|---|---|---|---|",
