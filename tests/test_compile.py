@@ -126,6 +126,45 @@ def test_compiled_act_takes_the_contexts_of_the_state_after_a_weight_change(comp
     assert not torch.allclose(out_stale.value, out_eager.value, rtol=1e-4, atol=1e-4)
 
 
+def test_the_mlp_for_control_acts_through_its_compiled_step_as_eagerly():
+    """agent=mlp_continuous (the MuJoCo preset: observation normalisation, a separate critic,
+    Gaussian actions) acts through the compiled step: the same means, log-probs and values,
+    also after its observation statistics and weights move (they are program inputs), and
+    sampled actions drawn from the same generator as eager ones."""
+    cfg = load_config(["env=gym", "env.id=Pendulum-v1", "agent=mlp_continuous"])
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
+    act_space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+    torch.manual_seed(0)
+    eager = build_agent(cfg.agent, obs_space, act_space)
+    fast = CompiledActing(copy.deepcopy(eager))
+    assert compiled_acting(eager) is not None
+    obs, done = torch.randn(3, 4, 5) * 4 + 2, torch.zeros(4, dtype=torch.bool)
+
+    def check(o, sample_seed=None):
+        outs = []
+        for agent in (eager, fast):
+            if sample_seed is not None:
+                torch.manual_seed(sample_seed)
+            outs.append(
+                agent.act(o, agent.initial_state(4), done, deterministic=sample_seed is None)[0]
+            )
+        for name in ("action", "env_action", "log_prob", "value"):
+            a, b = getattr(outs[1], name), getattr(outs[0], name)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        return outs[0]
+
+    before = check(obs[0])
+    for agent in (eager, fast):  # a rollout's statistics and an optimiser step
+        agent.update_obs_norm(obs.reshape(-1, 5))
+        with torch.no_grad():
+            for p in agent.parameters():
+                p.add_(0.05)
+    after = check(obs[0])
+    assert not torch.allclose(after.value, before.value, atol=1e-3)
+    check(obs[1], sample_seed=4)
+    assert len(fast.program.runners) == 1
+
+
 def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape(tmp_path, monkeypatch):
     """Parameters are inputs, not baked constants: in-place updates, load_state_dict and a
     reassigned buffer all show without recompiling; a new batch shape compiles anew; a later

@@ -131,7 +131,7 @@ class RNNBackbone(nn.Module):
 class MLPBackbone(nn.Module):
     """Memoryless control: a per-step MLP, same interface as the memory backbones."""
 
-    pure_step: ClassVar[bool] = False
+    pure_step: ClassVar[bool] = True  # no state: the step is the MLP
     ponders: ClassVar[bool] = False
     selects_outputs: ClassVar[bool] = False
 
@@ -169,3 +169,15 @@ class MLPBackbone(nn.Module):
     def step(self, x: Tensor, state: tuple, done: Tensor | None = None) -> StepOutput:
         """One acting step."""
         return StepOutput(self.net(x), (), {})
+
+    def step_begin(self, state: tuple, done: Tensor | None, dtype: torch.dtype) -> tuple:
+        """No state to reset or read: the step's only input is x."""
+        return state, ()
+
+    def step_outputs(self, x: Tensor) -> tuple[Tensor]:
+        """The step's math (a pure function): the MLP's output (N, D), nothing to cache."""
+        return (self.net(x),)
+
+    def step_end(self, state: tuple) -> tuple:
+        """Nothing cached: the state as it was."""
+        return state

@@ -19,7 +19,7 @@ CAPABILITIES = {  # class -> (pure_step, ponders, selects_outputs)
     TransformerStack: (True, False, True),
     UniversalTransformer: (False, True, False),
     RNNBackbone: (False, False, False),
-    MLPBackbone: (False, False, False),
+    MLPBackbone: (True, False, False),
 }
 ACT_AUX = {"ponder_cost", "ponder_steps", "remainders", "halt_prob_mean", "halting_weights"}
 
