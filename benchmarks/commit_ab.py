@@ -4,14 +4,14 @@ A refactor that should not change speed is checked here: the same training comma
 both checkouts, base and head in each round (which goes first alternates) so that the
 machine's drift falls on both, and the ratio head / base is the median of the per-round
 ratios. SPS is timed
-after one warm-up update (benchmarks/runs.py), so start-up is not counted.
+after one warm-up update (benchmarks/common.py), so start-up is not counted.
 
     git worktree add /tmp/base <commit>      # with its own venv: python -m venv, pip install -e .
     python benchmarks/commit_ab.py --base /tmp/base --rounds 3
 
 Configs: ``vector`` is the small PPO config of benchmarks/throughput.py (T-maze, TrXL 4 layers x
 64, 1 head, M=16, 16 envs x 128 steps, 8 minibatches x 4 epochs); ``minigrid`` is
-benchmarks/runs.py's MiniGrid image config. Both run eager with one thread, so the figures
+benchmarks/common.py's MiniGrid image config. Both run eager with one thread, so the figures
 compare the code, not the auto choices.
 """
 
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from runs import CHILD, MINIGRID, ROOT, timed
+from common import CHILD, MINIGRID, ROOT, timed
 
 STEADY = ["torch_threads=1", "compile=false", "progress=false", "tensorboard=true"]
 CONFIGS = {

@@ -24,7 +24,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from runs import train
+from common import train
 
 COMMON = [
     "env=tmaze",

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runs import timed, unshadow_minigrid
+from common import timed, unshadow_minigrid
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = os.path.relpath(Path(__file__).resolve(), ROOT)

@@ -25,8 +25,8 @@ import time
 from dataclasses import replace
 
 import torch
-from runs import MINIGRID as COMMON
-from runs import unshadow_minigrid
+from common import MINIGRID as COMMON
+from common import unshadow_minigrid
 from torch.utils.flop_counter import FlopCounterMode
 
 from rltrans.buffers.rollout import RolloutBuffer

@@ -51,7 +51,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from runs import timed, train
+from common import timed, train
 
 STEPS_PER_UPDATE = 32 * 8
 COMMON = [

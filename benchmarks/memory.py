@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runs import MINIGRID as COMMON
-from runs import unshadow_minigrid
+from common import MINIGRID as COMMON
+from common import unshadow_minigrid
 
 ROWS: list[tuple[str, int, int]] = []
 

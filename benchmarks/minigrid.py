@@ -25,8 +25,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from runs import MINIGRID as COMMON
-from runs import timed, train
+from common import MINIGRID as COMMON
+from common import timed, train
 
 STEPS_PER_UPDATE = 16 * 256
 SPLIT = ("env_ms", "act_ms", "learn_ms")

@@ -39,7 +39,7 @@ def module(monkeypatch):
     monkeypatch.setitem(sys.modules, "gpu_check", mod)  # dataclasses look their module up
     spec.loader.exec_module(mod)
     yield mod
-    sys.modules.pop("runs", None)  # its helper module, imported from that folder
+    sys.modules.pop("common", None)  # its helper module, imported from that folder
 
 
 # Named without "cuda" (as is its skip reason): gpu_check would select it as a CUDA test.
