@@ -43,13 +43,6 @@ MINIGRID = [
 ]
 
 
-def unshadow_minigrid() -> None:
-    """Take this folder off ``sys.path``: a script run from it has it first there, and its
-    minigrid.py would be imported in place of the minigrid package by an in-process env."""
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-
-
 # Run by train(): rltrans.train.main in this process, then the process's peak RSS (Linux: KiB).
 CHILD = (
     "import json, resource, sys\n"
@@ -70,27 +63,34 @@ def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-def train(args: list[str], threads: int | None, timeout: float) -> dict:
+def train(
+    args: list[str],
+    threads: int | None,
+    timeout: float | None,
+    checkout: Path = ROOT,
+    python: str = sys.executable,
+) -> dict:
     """``python -m rltrans.train *args`` in a subprocess: its JSON summary line plus
     ``peak_rss_mb``, the training process's peak resident memory (actor processes excluded),
     and ``notes``, the lines in which its ``auto`` choices reported themselves.
-    ``threads`` sets OMP_NUM_THREADS (None: unset, so ``torch_threads=auto`` sees every core)."""
+    ``threads`` sets OMP_NUM_THREADS (None: unset, so ``torch_threads=auto`` sees every core);
+    ``checkout`` is the code that runs (this one, or another checkout with its ``python``)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")])
     env.pop("OMP_NUM_THREADS", None)
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(max(threads, 1))
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, *args],
+        [python, "-c", CHILD, *args],
         env=env,
-        cwd=ROOT,  # not the caller's folder: benchmarks/minigrid.py would shadow the package
+        cwd=checkout,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{args}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{checkout} {args}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     auto = ("torch_threads=auto", "compile=auto")  # what the run's auto choices reported
     notes = [line for line in proc.stderr.splitlines() if line.startswith(auto)]
@@ -194,3 +194,26 @@ def named_steps(entries: list[str], names: list[str], option: str, key: str) -> 
             )
         budgets[name] = int(steps)
     return budgets
+
+
+def ratio_median(values: list[float], reference: list[float]) -> float:
+    """Median over rounds of value / reference, round by round (paired: both measured in the
+    same round, so a machine whose speed drifts moves both)."""
+    return statistics.median(v / r for v, r in zip(values, reference, strict=True))
+
+
+def paired(rows: list[tuple[str, Any]], rounds: int, measure: Callable) -> dict[str, list]:
+    """``measure(name, row, round)`` -> {row name: result} for every row in every round, the
+    rows in reversed order every other round; each name's results in round order."""
+    results: dict[str, list] = {}
+    for r in range(rounds):
+        for name, row in rows if r % 2 == 0 else rows[::-1]:
+            for key, value in measure(name, row, r).items():
+                results.setdefault(key, []).append(value)
+    return results
+
+
+def table(head: list[str], lines: list[list[str]]) -> str:
+    """A markdown table."""
+    rows = [head, ["---"] * len(head), *lines]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)

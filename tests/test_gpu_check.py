@@ -61,7 +61,7 @@ def test_dry_run_lists_every_part_within_ten_minutes(module):
         ("--cuda-tests", "tests"),
         ("device=cuda", "ppo"),
         ("env=tmaze", "ppo"),
-        ("device_throughput.py", "device"),
+        ("speed.py --vary rollout", "device"),
         ("--device cuda", "device"),
         ("runtime=process", "impala"),
         ("device=cuda", "impala"),
