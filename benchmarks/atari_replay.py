@@ -37,8 +37,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memory_suite import run_grid
-from offline_mujoco import run_python
+from common import run_grid, run_python
 
 PPO_ATARI = [  # CleanRL ppo_atari.py's settings on rltrans's Atari preprocessing
     "env=atari",

@@ -9,7 +9,7 @@ or hangs is killed and recorded, and the next part runs; all limits fit in ``TOT
             env steps/s of stepping the envs alone
   device    the device rollout (its acting step replayed from a CUDA graph) against the
             generic acting loop, whole PPO updates at 4,096 envs, one run
-            (``benchmarks/device_throughput.py``): SPS of each and their ratio
+            (``benchmarks/speed.py --vary rollout``): SPS of each and their ratio
   impala    IMPALA with a CUDA learner and two actor processes acting on CPU (runtime=process)
   dt        a Decision Transformer training step under bfloat16 autocast against
             HuggingFace's (``benchmarks/dt_throughput.py --amp``): the speed ratios
@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runs import timed, unshadow_minigrid
+from common import timed
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = os.path.relpath(Path(__file__).resolve(), ROOT)
@@ -122,8 +122,8 @@ def read_ppo(stdout: str, run: Path) -> dict:
 
 
 def read_device(stdout: str, run: Path) -> dict:
-    """Each path's SPS and rollout / learning times from device_throughput's JSON, and the
-    device rollout's SPS over the generic loop's."""
+    """Each path's SPS and rollout / learning times from ``speed.py --vary rollout``'s JSON,
+    and the device rollout's SPS over the generic loop's."""
     rows = json.loads((run / "device.json").read_text())["rows"]
     paths = {r["rollout"]: r for r in rows}
     numbers = {
@@ -185,8 +185,9 @@ def plan(runs: Path, gpus: int) -> list[Part]:
         "compile=false", "tensorboard=true", f"run_dir={runs / 'ppo'}", *COMMON,
     ]  # fmt: skip
     device = [
-        PY, "benchmarks/device_throughput.py", "--device", "cuda", "--envs", str(DEVICE_ENVS),
-        "--agents", "gtrxl+long", "--updates", "2", "--out", str(runs / "device" / "device.json"),
+        PY, "benchmarks/speed.py", "--vary", "rollout", "--device", "cuda",
+        "--envs", str(DEVICE_ENVS), "--agents", "gtrxl+long", "--updates", "2",
+        "--out", str(runs / "device" / "device.json"),
     ]  # fmt: skip
     # Actor processes always act on CPU with a CPU copy of the weights (rltrans.runtime.process).
     impala = [
@@ -374,7 +375,6 @@ def cuda_tests(args: list[str]) -> int:
     """pytest with ``args`` on the CUDA tests only; pytest's exit code (5: none selected)."""
     import pytest
 
-    unshadow_minigrid()  # this folder's minigrid.py would shadow the package in the tests
     return int(pytest.main(args, plugins=[CudaSelection()]))
 
 

@@ -1,7 +1,7 @@
 """The PPO update on MiniGrid images against this machine's fp32 peak, measured in one run.
 
-One rollout of the MiniGrid config of ``benchmarks/minigrid.py`` (gtrxl 2 x 256 x 4 heads,
-M=64, Nature CNN, 16 envs x 256 steps, 8 minibatches of 32 segments x 16 steps), then:
+One rollout of the MiniGrid config of ``benchmarks/speed.py --vary flags`` (gtrxl 2 x 256 x 4
+heads, M=64, Nature CNN, 16 envs x 256 steps, 8 minibatches of 32 segments x 16 steps), then:
 
   * the FLOPs of one epoch of PPO updates (8 minibatches, forward and backward), counted by
     ``torch.utils.flop_counter.FlopCounterMode`` (convolutions and matmuls);
@@ -25,8 +25,7 @@ import time
 from dataclasses import replace
 
 import torch
-from runs import MINIGRID as COMMON
-from runs import unshadow_minigrid
+from common import MINIGRID as COMMON
 from torch.utils.flop_counter import FlopCounterMode
 
 from rltrans.buffers.rollout import RolloutBuffer
@@ -71,7 +70,6 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="timed epochs (median)")
     parser.add_argument("overrides", nargs="*", help="train overrides (e.g. algo.chunk_obs_mb)")
     a = parser.parse_args()
-    unshadow_minigrid()
     torch.set_num_threads(a.threads)
     cfg = load_config([*COMMON, *a.overrides])
     envs = make_env(cfg.env, seed=0, device="cpu")

@@ -1,8 +1,8 @@
 """Where a PPO run's resident memory goes: the peak RSS of each phase of a real training run.
 
 Runs ``python -m rltrans.train`` in this process (by default the MiniGrid image config of
-``benchmarks/minigrid.py``, 2 updates, one thread, eager) and prints, for each phase, the
-peak resident set over the phase and the resident set at its end. Phases: the imports, each
+``benchmarks/speed.py --vary flags``, 2 updates, one thread, eager) and prints, for each phase,
+the peak resident set over the phase and the resident set at its end. Phases: the imports, each
 setup call of the PPO trainer (env, agent, learner, ...), each rollout, GAE, each update and
 checkpoint. The peak of a phase is exact, not sampled: Linux resets the process's high-water
 mark (VmHWM) when "5" is written to /proc/self/clear_refs, so each phase starts from its own
@@ -19,8 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runs import MINIGRID as COMMON
-from runs import unshadow_minigrid
+from common import MINIGRID as COMMON
 
 ROWS: list[tuple[str, int, int]] = []
 
@@ -62,7 +61,6 @@ def main() -> None:
     """Run the training with every phase wrapped, then print the table."""
     if not Path("/proc/self/clear_refs").exists():
         sys.exit("needs Linux (/proc/self/clear_refs)")
-    unshadow_minigrid()
     mark("python start")
     import rltrans.agents.memory_agent as agents
     import rltrans.trainers.ppo as ppo

@@ -40,17 +40,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from common import logged_sps, named_steps, run_grid, steps_to, train_and_evaluate
 
 # Task -> its env option, how a memory length becomes env overrides, and which constructor
 # argument is the memory length (read from POPGym's presets under --popgym).
@@ -176,49 +172,6 @@ def env_overrides(task: str, length: int, popgym: str | None) -> list[str]:
     return [f"env.kwargs.{k}={v}" for k, v in popgym_preset(task, popgym).items()]
 
 
-# One process per run trains, then evaluates: one interpreter start and torch import, not two.
-RUNNER = (
-    "import json, sys\n"
-    "from rltrans import evaluate, train\n"
-    "argv = json.loads(sys.argv[1])\n"
-    "sys.exit(train.main(argv['train']) or evaluate.main(argv['evaluate']))\n"
-)
-
-
-def train_and_evaluate(run: Path, train: list[str], evaluate: list[str]) -> tuple[dict, dict]:
-    """Train then evaluate in one process (:data:`RUNNER`, one thread); their summary lines."""
-    argv = json.dumps({"train": train, "evaluate": evaluate})
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", RUNNER, argv], capture_output=True, text=True, env=env
-    )
-    lines = summaries(done.stdout)
-    if done.returncode != 0 or len(lines) != 2:
-        raise RuntimeError(f"{run.name}: exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return lines[0], lines[1]
-
-
-def summaries(out: str) -> list[dict]:
-    """The JSON summary lines of a run's output: train's, then evaluate's."""
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-
-
-def steps_to(run: Path, tag: str, threshold: float) -> int | None:
-    """The first logged step at which ``tag`` reached ``threshold`` (None: never)."""
-    from rltrans.plot import read_curve
-
-    curve = read_curve(run, tag, "step")
-    hit = [x for x, y in zip(curve.x, curve.y, strict=True) if y >= threshold]
-    return int(hit[0]) if hit else None
-
-
-def logged_sps(run: Path) -> float:
-    """The run's last logged speed: a run finished before this call trains nothing now."""
-    from rltrans.plot import read_curve
-
-    return float(read_curve(run, "charts/SPS", "step").y[-1])
-
-
 def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namespace) -> Result:
     """Train (or resume, or reuse) one run and evaluate its last checkpoint."""
     run = Path(args.out) / run_name(task, length, agent, seed, args.popgym)
@@ -266,41 +219,9 @@ def one_run(task: str, length: int, agent: str, seed: int, args: argparse.Namesp
     return result
 
 
-def run_grid(jobs: int, runs: dict[str, Callable[[], Any]], line: Callable[[Any], str]) -> list:
-    """Each named run's result, ``jobs`` at a time (each run starts its own process), with a
-    progress line per finished run; the first failure stops the grid and is raised."""
-    start, results = time.monotonic(), []
-    with ThreadPoolExecutor(jobs) as pool:
-        futures = {pool.submit(call): name for name, call in runs.items()}
-        for n, future in enumerate(as_completed(futures), 1):
-            if future.exception() is not None:  # stop at the first failure, not after the grid
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise future.exception()
-            results.append(future.result())
-            minutes = (time.monotonic() - start) / 60
-            print(f"[{n}/{len(runs)} {minutes:.1f} min] {futures[future]}: {line(results[-1])}")
-            sys.stdout.flush()
-    return results
-
-
 def budget(task: str, args: argparse.Namespace) -> int:
     """The env steps of each run of ``task``: its --task-steps entry, else --steps."""
     return args.task_steps.get(task, args.steps)
-
-
-def named_steps(entries: list[str], names: list[str], option: str, key: str) -> dict[str, int]:
-    """``option``'s KEY=STEPS entries (KEY one of ``names``) as a dict; ValueError naming a
-    bad entry and the valid names."""
-    budgets = {}
-    for entry in entries:
-        name, _, steps = entry.partition("=")
-        if name not in names or not steps.isdigit() or int(steps) <= 0:
-            raise ValueError(
-                f"{option} {entry!r}: expected {key}=STEPS with STEPS > 0 and {key} one of "
-                f"{', '.join(names)}"
-            )
-        budgets[name] = int(steps)
-    return budgets
 
 
 def task_steps(entries: list[str], tasks: list[str]) -> dict[str, int]:

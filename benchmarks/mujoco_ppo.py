@@ -42,7 +42,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memory_suite import logged_sps, run_grid, summaries, train_and_evaluate
+from common import logged_sps, run_grid, summaries, train_and_evaluate
 
 ENVS = ("Hopper-v5", "HalfCheetah-v5")
 # CleanRL's published PPO (ppo_continuous_action.py, v4 envs, 1M steps): mean, std over 3 seeds.

@@ -35,16 +35,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memory_suite import logged_sps, run_grid, summaries
+from common import logged_sps, run_grid, run_python
 
 # D4RL's reference returns (random, expert; d4rl/infos.py) and the DT paper's target return.
 ENVS: dict[str, dict[str, Any]] = {
@@ -75,15 +72,6 @@ RUNNER = (
 def dataset_id(env_id: str, kind: str) -> str:
     """Our Minari id of one D4RL-style dataset."""
     return f"rltrans/{ENVS[env_id]['name']}/{kind}-v0"
-
-
-def run_python(args: list[str], what: str) -> list[dict]:
-    """Run ``python <args>`` (one torch thread); its JSON summary lines."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"{what}: exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return summaries(done.stdout)
 
 
 def behaviour(env_id: str, folder: Path, seed: int) -> dict:

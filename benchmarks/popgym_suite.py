@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from memory_suite import logged_sps, named_steps, run_grid, steps_to, train_and_evaluate
+from common import logged_sps, named_steps, run_grid, steps_to, train_and_evaluate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

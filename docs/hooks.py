@@ -3,8 +3,9 @@
 * ``reference/configuration.md``: every key of every YAML file under ``configs/``, with its
   default and the comment beside it (:func:`config_reference`);
 * ``changelog.md``: ``CHANGELOG.md``;
-* ``benchmarks/history.md``: ``benchmarks/RESULTS.md``, the measured history, with the
-  pictures of ``benchmarks/figures/`` beside it (also linked from the benchmark pages).
+* ``benchmarks/results/``: ``benchmarks/RESULTS.md`` (the index) and one page per question
+  from ``benchmarks/results/*.md``, the measured history, with the pictures of
+  ``benchmarks/figures/`` beside them (also linked from the benchmark pages) (:func:`results`).
 
 It also lays out the package as it installs for the API reference: the top-level ``agents/``
 and ``envs/`` folders are ``rltrans.agents`` and ``rltrans.envs`` (pyproject.toml's
@@ -229,6 +230,18 @@ def with_pictures(markdown: str, page: str, drawn: dict[str, str]) -> str:
     return MERMAID.sub(picture, markdown)
 
 
+def results(folder: Path = ROOT / "benchmarks") -> dict[str, str]:
+    """The results pages by their place on the site: ``benchmarks/results/index.md`` from
+    ``RESULTS.md`` and each ``results/<topic>.md``, their links between them kept (on the
+    site the index sits beside the pages it lists; ``../figures/`` holds as it is)."""
+    index = (folder / "RESULTS.md").read_text().replace("](results/", "](")
+    pages = {"benchmarks/results/index.md": index}
+    for page in sorted((folder / "results").glob("*.md")):
+        text = page.read_text().replace("](../RESULTS.md)", "](index.md)")
+        pages[f"benchmarks/results/{page.name}"] = text
+    return pages
+
+
 def on_startup(command: str, dirty: bool) -> None:
     """Lay out the package sources for the API reference before mkdocstrings looks for them."""
     api_source()
@@ -241,8 +254,7 @@ def on_files(files: Any, config: Any) -> Any:
     pages = {
         "reference/configuration.md": config_reference(),
         "changelog.md": (ROOT / "CHANGELOG.md").read_text(),
-        # its links to figures/ hold beside it on the site too
-        "benchmarks/history.md": (ROOT / "benchmarks" / "RESULTS.md").read_text(),
+        **results(),
     }
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))

@@ -39,7 +39,7 @@ def module(monkeypatch):
     monkeypatch.setitem(sys.modules, "gpu_check", mod)  # dataclasses look their module up
     spec.loader.exec_module(mod)
     yield mod
-    sys.modules.pop("runs", None)  # its helper module, imported from that folder
+    sys.modules.pop("common", None)  # its helper module, imported from that folder
 
 
 # Named without "cuda" (as is its skip reason): gpu_check would select it as a CUDA test.
@@ -61,7 +61,7 @@ def test_dry_run_lists_every_part_within_ten_minutes(module):
         ("--cuda-tests", "tests"),
         ("device=cuda", "ppo"),
         ("env=tmaze", "ppo"),
-        ("device_throughput.py", "device"),
+        ("speed.py --vary rollout", "device"),
         ("--device cuda", "device"),
         ("runtime=process", "impala"),
         ("device=cuda", "impala"),

@@ -69,10 +69,15 @@ def test_the_suite_writes_its_table_and_pictures_and_reuses_finished_runs(tmp_pa
 
 
 def load_suite():
-    spec = importlib.util.spec_from_file_location("memory_suite", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
+    """benchmarks/memory_suite.py as a module (its folder on sys.path, as a script has it)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("memory_suite", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclass looks its module up
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
     return module
 
 

@@ -6,8 +6,8 @@ Two tools, for two kinds of work:
   autograd (the PPO minibatch loss, forward and backward). The C++ wrapper launches the
   compiled kernels from generated C++ instead of generated Python: for PPO's small tensors
   the per-kernel Python overhead is a large share of a step. Measured with
-  ``benchmarks/throughput.py``'s PPO setup (trxl, 4 x 64, rows interleaved, one run): 2,693
-  SPS with the C++ wrapper against 2,165 with the default one. Shapes are static
+  the PPO setup of ``benchmarks/speed.py --vary agent`` (trxl, 4 x 64, rows interleaved, one
+  run): 2,693 SPS with the C++ wrapper against 2,165 with the default one. Shapes are static
   (``dynamic=False``): rollouts and minibatches keep theirs.
 * :class:`AheadOfTime` — ``torch.export`` + AOTInductor, for an inference function called
   once per environment step (the acting step). A ``torch.compile``d function still pays

@@ -7,9 +7,10 @@ this layout), so the learner never asks which one it has.
 
 PPO's models are small (~0.2-1M parameters in ~70 tensors), so per-tensor work outside the
 compiled loss is a visible share of a CPU minibatch: zeroing, clipping (one norm per tensor)
-and AdamW took 1.1-1.7 ms per minibatch at 4 layers x 64 (``benchmarks/throughput.py``'s PPO
-setup, ~13 ms per minibatch) against 0.3-0.4 ms over one flat tensor, where each is one op;
-a whole compiled PPO update took 0.94x the time (interleaved runs).
+and AdamW took 1.1-1.7 ms per minibatch at 4 layers x 64 (the PPO setup of
+``benchmarks/speed.py --vary agent``, ~13 ms per minibatch) against 0.3-0.4 ms over one flat
+tensor, where each is one op; a whole compiled PPO update took 0.94x the time (interleaved
+runs).
 
 Each parameter is re-created as a view of the flat parameter (via ``detach``: the optimizer
 updates the flat tensor in place and every parameter sees the update), and its ``.grad`` is a
