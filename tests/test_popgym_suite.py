@@ -178,8 +178,12 @@ def test_speed_times_both_agents_runs_alternating_in_one_process(tmp_path):
     assert float(cells[2].replace(",", "")) == pytest.approx(statistics.median(sps["gru"]), abs=1)
     median, spread = cells[3].split(" ", 1)
     low, high = spread.strip("()").split("-")
-    assert float(median) == pytest.approx(sum(ratios) / 2, abs=0.011)
-    assert (float(low), float(high)) == pytest.approx(ratios, abs=0.011)
+    # The printed SPS are whole numbers: at a few tens of SPS (a loaded machine) their
+    # rounding moves a ratio by more than its own 2-decimal print does.
+    pairs = zip(sps["gru"], sps["gtrxl"], strict=True)
+    slack = 0.006 + max(g / t * (0.5 / g + 0.5 / t) for g, t in pairs)
+    assert float(median) == pytest.approx(sum(ratios) / 2, abs=slack)
+    assert (float(low), float(high)) == pytest.approx(ratios, abs=slack)
     stops = (done.stdout + done.stderr).count("on_log returned False: training stopped at step")
     assert stops == 4  # each run stopped after its timed updates, long before its budget
     for run in (out / "speed").iterdir():
