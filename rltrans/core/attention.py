@@ -24,17 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rltrans.choices import check_choice
 from rltrans.core.dropout import dropout as drop_out
 
 Kernel = Literal["sdpa", "math"]
 KERNELS: tuple[str, ...] = get_args(Kernel)
-
-
-def check_choice(name: str, value: str, valid: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``valid``, else raise a ValueError listing them."""
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(valid)}")
-    return value
 
 
 def mask_to_bias(mask: Tensor | None, bias: Tensor | None, dtype: torch.dtype) -> Tensor | None:

@@ -26,7 +26,8 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from torch import Tensor, nn
 
-from rltrans.core.attention import Kernel, MultiHeadAttention, check_choice
+from rltrans.choices import check_choice
+from rltrans.core.attention import Kernel, MultiHeadAttention
 from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName, build_gate
 from rltrans.core.long_memory import FIRST_SCALE, LongMemoryName, LongState, build_long_memory

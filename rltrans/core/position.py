@@ -21,13 +21,13 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor, nn
 
+from rltrans.choices import check_choice
 from rltrans.core.attention import (
     Kernel,
     StepKV,
     attend,
     attend_one,
     attention_probs,
-    check_choice,
 )
 
 PositionName = Literal["none", "sinusoidal", "learned", "shaw", "xl", "rotary", "alibi"]
