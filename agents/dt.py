@@ -41,7 +41,8 @@ from rltrans.agents.heads import build_actions
 from rltrans.backbones.base import Backbone
 from rltrans.backbones.causal import Init, causal_stack, gpt2_config
 from rltrans.backbones.universal import UniversalTransformer
-from rltrans.core.attention import Kernel, check_choice
+from rltrans.choices import check_choice
+from rltrans.core.attention import Kernel
 from rltrans.core.block import FFActivation, NormPlacement
 from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName

@@ -46,7 +46,7 @@ from rltrans.backbones.base import Backbone
 from rltrans.backbones.gtrxl import PRESETS, TransformerStack, preset_config
 from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
 from rltrans.backbones.universal import UniversalTransformer
-from rltrans.core.attention import check_choice
+from rltrans.choices import check_choice
 from rltrans.core.block import BlockConfig
 from rltrans.types import ActOutput, Aux, Segment, Tree, tree_map
 

@@ -36,7 +36,7 @@ from typing import Any, Literal, get_args
 from torch import nn
 
 from rltrans.backbones.gtrxl import TransformerStack
-from rltrans.core.attention import check_choice
+from rltrans.choices import check_choice
 from rltrans.core.block import BlockConfig
 
 __all__ = ["INITS", "Init", "causal_stack", "gpt2_config", "gpt2_init_"]

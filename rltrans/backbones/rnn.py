@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from rltrans.backbones.base import BackboneOutput, StepOutput
-from rltrans.core.attention import check_choice
+from rltrans.choices import check_choice
 
 CellKind = Literal["lstm", "gru"]
 

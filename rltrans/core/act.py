@@ -36,7 +36,7 @@ from typing import Literal, NamedTuple, get_args
 import torch
 from torch import Tensor, nn
 
-from rltrans.core.attention import check_choice
+from rltrans.choices import check_choice
 
 HaltingName = Literal["act", "none"]
 HALTINGS: tuple[str, ...] = get_args(HaltingName)

@@ -1,13 +1,13 @@
 """The one attention kernel of rltrans, its masks, and multi-head attention.
 
 Every model family (GTrXL, the Decision Transformer stack, the Universal
-Transformer) attends through :func:`attend`; position schemes
-(:mod:`rltrans.core.position`) wrap it to add their bias or rotation but never
-re-implement the softmax. The kernel switch is one named option:
+Transformer) attends through :func:`attend` (:func:`attend_one` for an acting step); a
+position scheme (:mod:`rltrans.core.position`) only prepares the queries, keys and bias that
+enter it, and never re-implements the softmax. The kernel switch is one named option:
 
 * ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention`
   (flash / memory-efficient kernels where the inputs allow),
-* ``"math"``: the reference formula softmax(q k^T / sqrt(d_h) + bias) v,
+* ``"math"``: the reference formula softmax(q k^T / sqrt(d) + bias) v (d = D/H, the head width),
   written out so tests can check the fast path against it.
 
 Masks are boolean, ``True`` meaning "may attend". Builders here always leave
@@ -18,23 +18,18 @@ the diagonal (a query's own key) visible, so no row is ever fully masked and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rltrans.choices import check_choice
 from rltrans.core.dropout import dropout as drop_out
 
 Kernel = Literal["sdpa", "math"]
 KERNELS: tuple[str, ...] = get_args(Kernel)
-
-
-def check_choice(name: str, value: str, valid: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``valid``, else raise a ValueError listing them."""
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(valid)}")
-    return value
 
 
 def mask_to_bias(mask: Tensor | None, bias: Tensor | None, dtype: torch.dtype) -> Tensor | None:
@@ -57,14 +52,17 @@ def attend(
     bias: Tensor | None = None,
     dropout: float = 0.0,
     kernel: Kernel = "sdpa",
+    values: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Scaled dot-product attention, the single kernel every rltrans model uses.
 
-    q: (B, H, L, E); k, v: (B, H, S, E); mask: bool broadcastable to (B, H, L, S),
+    q: (B, H, L, d); k, v: (B, H, S, d); mask: bool broadcastable to (B, H, L, S),
     True = may attend (or the same as an additive float mask, 0 / -inf, which saves
     re-inverting a mask shared by many layers); bias: float broadcastable to
-    (B, H, L, S), added to the scores. Scores are scaled by 1/sqrt(E), E being the head dimension
-    (Vaswani et al. 2017, eq. 1), not the model width.
+    (B, H, L, S), added to the scores. Scores are scaled by 1/sqrt(d), d being the head dimension
+    (Vaswani et al. 2017, eq. 1), not the model width. values: a term of the attention weights
+    (B, H, L, S) -> (B, H, L, d) added to the output (Shaw et al. 2018's relative values); it
+    needs the weights, which SDPA does not return, so it always runs the reference math.
 
     >>> q = k = v = torch.randn(2, 4, 8, 16)
     >>> attend(q, k, v).shape
@@ -72,12 +70,13 @@ def attend(
     """
     if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
         mask = mask.to(q.dtype)  # an additive mask (e.g. an adaptive span's) under autocast
-    if kernel == "sdpa" and use_sdpa(q, bias, dropout, mask):
+    if kernel == "sdpa" and values is None and use_sdpa(q, bias, dropout, mask):
         # SDPA accepts either a boolean mask or one float bias: fold them when both are given.
         attn_mask = mask if bias is None else mask_to_bias(mask, bias, q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
-    probs = attention_probs(q, k, mask=mask, bias=bias)
-    return drop_out(probs, dropout) @ v
+    probs = drop_out(attention_probs(q, k, mask=mask, bias=bias), dropout)
+    out = probs @ v  # (B, H, L, d)
+    return out if values is None else out + values(probs)
 
 
 def use_sdpa(q: Tensor, bias: Tensor | None, dropout: float, mask: Tensor | None = None) -> bool:
@@ -97,8 +96,8 @@ def use_sdpa(q: Tensor, bias: Tensor | None, dropout: float, mask: Tensor | None
 
 
 class StepKV(NamedTuple):
-    """What one acting step attends over: the cached window of the last M steps (N, H, M, E
-    each, views of the ring buffer, never copied) and the step's own key and value (N, H, E)."""
+    """What one acting step attends over: the cached window of the last M steps (N, H, M, d
+    each, views of the ring buffer, never copied) and the step's own key and value (N, H, d)."""
 
     window_k: Tensor
     window_v: Tensor
@@ -106,7 +105,7 @@ class StepKV(NamedTuple):
     v: Tensor
 
     def full(self) -> tuple[Tensor, Tensor]:
-        """[window ; own] keys and values, (N, H, M+1, E) each (copies: for reference paths)."""
+        """[window ; own] keys and values, (N, H, M+1, d) each (copies: for reference paths)."""
         keys = torch.cat([self.window_k, self.k.unsqueeze(2)], dim=2)
         return keys, torch.cat([self.window_v, self.v.unsqueeze(2)], dim=2)
 
@@ -120,33 +119,33 @@ def attend_one(
     dropout: float = 0.0,
 ) -> Tensor:
     """Attention of one query per (env, head) over [window ; itself], the kernel of an acting
-    step: q (N, H, E) -> (N, H, E).
+    step: q (N, H, d) -> (N, H, d).
 
     mask: additive (N, 1, M+1) (0 / -inf), the last column the query's own key; bias: float
     broadcastable to (N, H, M+1), added to the scaled scores. The same math as :func:`attend`
     with L = 1 over the concatenated keys, but the window is read in place (two bmm over N*H
-    rows) and the own key enters as one extra score column: no (N, H, M+1, E) copy, and no
+    rows) and the own key enters as one extra score column: no (N, H, M+1, d) copy, and no
     in-place write, so the step is a pure function that ``torch.compile`` can take whole.
     """
-    n, h, e = q.shape
+    n, h, d = q.shape
     m = kv.window_k.shape[2]
-    q = q * (1.0 / math.sqrt(e))
-    window = torch.bmm(q.view(n * h, 1, e), kv.window_k.reshape(n * h, m, e).transpose(1, 2))
+    q = q * (1.0 / math.sqrt(d))
+    window = torch.bmm(q.view(n * h, 1, d), kv.window_k.reshape(n * h, m, d).transpose(1, 2))
     own = (q * kv.k).sum(dim=-1, keepdim=True)  # (N, H, 1)
     scores = torch.cat([window.view(n, h, m), own], dim=-1)  # (N, H, M+1)
     if bias is not None:
         scores += bias
     scores += mask
     probs = drop_out(scores.softmax(dim=-1), dropout)
-    out = (probs[..., m:] * kv.v).view(n * h, 1, e)  # the own value's share
-    out = torch.baddbmm(out, probs[..., :m].reshape(n * h, 1, m), kv.window_v.reshape(n * h, m, e))
-    return out.view(n, h, e)
+    out = (probs[..., m:] * kv.v).view(n * h, 1, d)  # the own value's share
+    out = torch.baddbmm(out, probs[..., :m].reshape(n * h, 1, m), kv.window_v.reshape(n * h, m, d))
+    return out.view(n, h, d)
 
 
 def attention_probs(
     q: Tensor, k: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None
 ) -> Tensor:
-    """Reference attention weights softmax(q k^T / sqrt(E) + bias), masked: (B, H, L, S)."""
+    """Reference attention weights softmax(q k^T / sqrt(d) + bias), masked: (B, H, L, S)."""
     # Scale the small q, not the (L, S) scores; then add and mask in place: every full-size
     # pass over (B, H, L, S) costs as much as a matmul here, so there are as few as possible.
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)  # (B, H, L, S)
@@ -223,7 +222,8 @@ class MultiHeadAttention(nn.Module):
     ``[memory ; current]``; positional information comes from a pluggable scheme.
 
     The scheme object (see :func:`rltrans.core.position.build_attention_position`)
-    receives the projected heads and calls :func:`attend`, so every scheme shares
+    receives the projected heads, prepares the queries, keys and bias its positions need and
+    runs them through :func:`attend` in one place (its base class), so every scheme shares
     one kernel. ``project_kv`` is exposed so acting can cache memory keys/values.
     """
 
@@ -249,12 +249,12 @@ class MultiHeadAttention(nn.Module):
         self.scheme = scheme
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, L, D) -> (B, H, L, D/H)."""
+        """(B, L, D) -> (B, H, L, d)."""
         b, n, _ = x.shape
         return x.view(b, n, self.heads, self.head_dim).transpose(1, 2)
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of tokens x (B, S, D), each (B, H, S, D/H)."""
+        """Keys and values of tokens x (B, S, D), each (B, H, S, d)."""
         bias = self.qkv_proj.bias[self.dim :] if self.qkv_proj.bias is not None else None
         k, v = F.linear(x, self.qkv_proj.weight[self.dim :], bias).chunk(2, dim=-1)
         return self.split_heads(k), self.split_heads(v)
@@ -269,7 +269,7 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Attend from x (B, L, D) over ``[memory ; x]``.
 
-        memory_kv: keys and values of the memory tokens, (B, H, M, D/H) each,
+        memory_kv: keys and values of the memory tokens, (B, H, M, d) each,
         already projected (training projects the stored hidden states); they are
         concatenated with the current tokens' keys/values. queries: only these tokens
         of x ask (every token is still a key): for schemes where a query's position does
@@ -285,12 +285,12 @@ class MultiHeadAttention(nn.Module):
             q = self.split_heads(F.linear(x[:, queries], self.qkv_proj.weight[:dim], bias))
         length = q.shape[2]
         if memory_kv is not None:
-            k = torch.cat([memory_kv[0], k_cur], dim=2)  # (B, H, M+L, D/H)
+            k = torch.cat([memory_kv[0], k_cur], dim=2)  # (B, H, M+L, d)
             v = torch.cat([memory_kv[1], v_cur], dim=2)
         else:
             k, v = k_cur, v_cur
         drop = self.dropout if self.training else 0.0
-        out = self.scheme(q, k, v, mask=mask, dropout=drop, kernel=self.kernel)  # (B, H, L, D/H)
+        out = self.scheme(q, k, v, mask=mask, dropout=drop, kernel=self.kernel)  # (B, H, L, d)
         out = out.transpose(1, 2).reshape(b, length, dim)  # (B, L, D)
         return self.out_proj(out), (k_cur, v_cur)
 
@@ -299,15 +299,15 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One acting step: x (N, D) attends over the cached window and itself.
 
-        window_k, window_v: (N, H, M, D/H) keys/values of the last M steps (views of the
+        window_k, window_v: (N, H, M, d) keys/values of the last M steps (views of the
         cache); mask: additive (N, 1, M+1); context: the scheme's per-step constant (see
         ``step_context`` of the schemes). Returns the output (N, D) and this step's key and
-        value (N, H, D/H) for the cache. The same math as ``forward`` with L = 1 and the
+        value (N, H, d) for the cache. The same math as ``forward`` with L = 1 and the
         window as memory (tested equal), in a fraction of its ops, and pure (no writes).
         """
         n = x.shape[0]
-        q, k, v = self.qkv_proj(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # (N, H, D/H)
+        q, k, v = self.qkv_proj(x).view(n, 3, self.heads, self.head_dim).unbind(1)  # (N, H, d)
         drop = self.dropout if self.training else 0.0
         kv = StepKV(window_k, window_v, k, v)
-        out = self.scheme.step(q, kv, mask=mask, context=context, dropout=drop)  # (N, H, D/H)
+        out = self.scheme.step(q, kv, mask=mask, context=context, dropout=drop)  # (N, H, d)
         return self.out_proj(out.reshape(n, self.dim)), k, v

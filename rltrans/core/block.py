@@ -22,11 +22,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, NamedTuple, get_args, get_origin, get_type_hints
 
 from torch import Tensor, nn
 
-from rltrans.core.attention import Kernel, MultiHeadAttention, check_choice
+from rltrans.choices import check_choice
+from rltrans.core.attention import Kernel, MultiHeadAttention
 from rltrans.core.dropout import Dropout
 from rltrans.core.gates import GateName, build_gate
 from rltrans.core.long_memory import FIRST_SCALE, LongMemoryName, LongState, build_long_memory
@@ -170,8 +171,27 @@ class FeedForward(nn.Module):
         return fc2(hidden).view(*x.shape[:-1], fc2.out_features)
 
 
+class Placement(NamedTuple):
+    """Where a block's two LayerNorms act, picked once at build time: on each sub-layer's
+    input (``pre``) or on each gated sum (``post``); the other slots are the identity."""
+
+    attn_in: nn.Module
+    attn_out: nn.Module
+    mlp_in: nn.Module
+    mlp_out: nn.Module
+
+    @classmethod
+    def of(cls, norm: NormPlacement, norm1: nn.Module, norm2: nn.Module) -> Placement:
+        """The slots of placement ``norm`` for the block's LayerNorms norm1 and norm2."""
+        keep = nn.Identity()
+        if norm == "pre":
+            return cls(norm1, keep, norm2, keep)
+        return cls(keep, norm1, keep, norm2)
+
+
 class TransformerBlock(nn.Module):
-    """One layer; subclasses fix the norm placement. Build with :func:`build_block`."""
+    """One layer: attention then MLP, each joined to the stream by a gate, with the norm
+    placement of its config (see the module docstring). Build with :func:`build_block`."""
 
     def __init__(self, config: BlockConfig) -> None:
         super().__init__()
@@ -187,6 +207,8 @@ class TransformerBlock(nn.Module):
         self.gate2 = build_gate(c.gate, c.dim, gate_bias=c.gate_bias)
         self.norm1 = nn.LayerNorm(c.dim)
         self.norm2 = nn.LayerNorm(c.dim)
+        # A plain tuple, not submodules: norm1 and norm2 keep their one name in a state_dict.
+        self.norm, self.placement = c.norm, Placement.of(c.norm, self.norm1, self.norm2)
         self.drop = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.act = nn.ReLU() if c.sublayer_activation == "relu" else nn.Identity()
         self.long = build_long_memory(
@@ -234,8 +256,10 @@ class TransformerBlock(nn.Module):
         return a + read, k, v, long
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys/values (B, H, M, D/H) of stored layer inputs ``memory`` (B, M, D)."""
-        raise NotImplementedError  # pragma: no cover - defined by the placements below
+        """Keys/values (B, H, M, d) of stored layer inputs ``memory`` (B, M, D), normalised as
+        the attention's input is (pre-norm) or as stored (post-norm: already a normalised
+        layer output)."""
+        return self.attn.project_kv(self.placement.attn_in(memory))
 
     def forward(
         self,
@@ -252,7 +276,13 @@ class TransformerBlock(nn.Module):
 
         ``queries`` keeps only those positions of the output (B, L', D): all tokens are keys,
         the rest of the block runs on the kept ones (see MultiHeadAttention)."""
-        raise NotImplementedError  # pragma: no cover
+        attn_in, attn_out, mlp_in, mlp_out = self.placement
+        a, kv, long_state = self.attend(attn_in(x), memory_kv, mask, queries, long)
+        if queries is not None:
+            x = x[:, queries]
+        x = attn_out(self.gate1(x, self.act(self.drop(a))))
+        m = self.mlp(mlp_in(x))
+        return mlp_out(self.gate2(x, self.act(self.drop(m)))), kv, long_state
 
     def step(
         self,
@@ -266,90 +296,12 @@ class TransformerBlock(nn.Module):
         """One acting step x (N, D) -> (N, D) over the cached window, plus this step's key and
         value (see :meth:`MultiHeadAttention.step`) and the long-memory state after it; the
         same math as ``forward`` with L = 1."""
-        raise NotImplementedError  # pragma: no cover
-
-
-class PreNormBlock(TransformerBlock):
-    """Identity-map reordering: LayerNorm inside the branch, gate on the stream."""
-
-    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Normalise the memory like the current tokens, then project."""
-        return self.attn.project_kv(self.norm1(memory))
-
-    def forward(
-        self,
-        x: Tensor,
-        memory_kv: tuple[Tensor, Tensor] | None = None,
-        mask: Tensor | None = None,
-        *,
-        queries: slice | None = None,
-        long: LongInput | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor], LongState | None]:
-        """Gated attention then gated MLP, each on a normalised copy of the stream."""
-        a, kv, long_state = self.attend(self.norm1(x), memory_kv, mask, queries, long)
-        if queries is not None:
-            x = x[:, queries]
-        x = self.gate1(x, self.act(self.drop(a)))
-        m = self.mlp(self.norm2(x))
-        return self.gate2(x, self.act(self.drop(m))), kv, long_state
-
-    def step(
-        self,
-        x: Tensor,
-        window_k: Tensor,
-        window_v: Tensor,
-        mask: Tensor,
-        context: Any = None,
-        long: LongState | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, LongState | None]:
-        """Gated attention then gated MLP for one step of N envs."""
-        a, k, v, long = self.attend_step(self.norm1(x), window_k, window_v, mask, context, long)
-        x = self.gate1(x, self.act(self.drop(a)))
-        return self.gate2(x, self.act(self.drop(self.mlp(self.norm2(x))))), k, v, long
-
-
-class PostNormBlock(TransformerBlock):
-    """Vanilla placement: LayerNorm after each gated sum."""
-
-    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Project the memory as stored (it is already a normalised layer output)."""
-        return self.attn.project_kv(memory)
-
-    def forward(
-        self,
-        x: Tensor,
-        memory_kv: tuple[Tensor, Tensor] | None = None,
-        mask: Tensor | None = None,
-        *,
-        queries: slice | None = None,
-        long: LongInput | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor], LongState | None]:
-        """Attention and MLP sub-layers, each followed by gate and LayerNorm."""
-        a, kv, long_state = self.attend(x, memory_kv, mask, queries, long)
-        if queries is not None:
-            x = x[:, queries]
-        x = self.norm1(self.gate1(x, self.act(self.drop(a))))
-        m = self.mlp(x)
-        return self.norm2(self.gate2(x, self.act(self.drop(m)))), kv, long_state
-
-    def step(
-        self,
-        x: Tensor,
-        window_k: Tensor,
-        window_v: Tensor,
-        mask: Tensor,
-        context: Any = None,
-        long: LongState | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, LongState | None]:
-        """Attention and MLP sub-layers for one step of N envs."""
-        a, k, v, long = self.attend_step(x, window_k, window_v, mask, context, long)
-        x = self.norm1(self.gate1(x, self.act(self.drop(a))))
-        return self.norm2(self.gate2(x, self.act(self.drop(self.mlp(x))))), k, v, long
-
-
-PLACEMENTS: dict[str, type[TransformerBlock]] = {"pre": PreNormBlock, "post": PostNormBlock}
+        attn_in, attn_out, mlp_in, mlp_out = self.placement
+        a, k, v, long = self.attend_step(attn_in(x), window_k, window_v, mask, context, long)
+        x = attn_out(self.gate1(x, self.act(self.drop(a))))
+        return mlp_out(self.gate2(x, self.act(self.drop(self.mlp(mlp_in(x)))))), k, v, long
 
 
 def build_block(config: BlockConfig) -> TransformerBlock:
     """The TransformerBlock of ``config``, with its norm placement."""
-    return PLACEMENTS[config.norm](config)
+    return TransformerBlock(config)

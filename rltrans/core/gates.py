@@ -12,7 +12,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
-from rltrans.core.attention import check_choice
+from rltrans.choices import check_choice
 
 GateName = Literal["residual", "input", "output", "highway", "sigmoid_tanh", "gru"]
 GATES: tuple[str, ...] = get_args(GateName)

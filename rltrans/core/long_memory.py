@@ -169,8 +169,9 @@ class LinearMemory(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, S0: Tensor, starts: Tensor | None
     ) -> tuple[Tensor, Tensor]:
         """The sum rule S_t = gamma S_{t-1} + beta_t k_t v_t^T over a segment, heads first:
-        q, k (B, H, L, d), v (B, H, L, e), beta (B, H, L), S0 (B, H, d, e). Returns the reads
-        q_t^T S_t (B, H, L, e) and the state after the segment (B, H, d, e)."""
+        q, k (B, H, L, d), v (B, H, L, e), beta (B, H, L), S0 (B, H, d, e), with e the value
+        width (d + 1 for ``forward``'s normaliser column). Returns the reads q_t^T S_t
+        (B, H, L, e) and the state after the segment (B, H, d, e)."""
         b, _, length, _ = q.shape
         decay, carry = self._decay(starts, b, length, q.dtype, q.device)
         return self._sums(q, k, v, beta, S0, decay, carry)

@@ -3,9 +3,11 @@
 Absolute schemes (``sinusoidal``, ``learned``) add an embedding to the tokens
 at the input of a stack (:func:`build_input_position`). Relative schemes act
 inside every attention layer (:func:`build_attention_position`): each is a
-small module with the call signature ``scheme(q, k, v, mask=, dropout=, kernel=)``
-that adds its bias or rotation and then calls the shared kernel
-:func:`rltrans.core.attention.attend`.
+small module that only prepares what its positions change, the queries and keys that enter
+the scores (rotary, xl's u), a float bias (alibi, shaw, xl) and, for shaw, a term of the
+attention weights added to the output. Their base class runs what they prepare through the
+shared kernel :func:`rltrans.core.attention.attend` in one place, so every scheme is called
+as ``scheme(q, k, v, mask=, dropout=, kernel=)`` and ``scheme.step(q, kv, ...)`` for acting.
 
 Layout convention shared by all schemes: keys are ``[memory ; current]`` in
 time order, S = M + L keys for L queries, so query i sits at global index
@@ -16,19 +18,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Literal, get_args
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 from torch import Tensor, nn
 
-from rltrans.core.attention import (
-    Kernel,
-    StepKV,
-    attend,
-    attend_one,
-    attention_probs,
-    check_choice,
-)
+from rltrans.choices import check_choice
+from rltrans.core.attention import Kernel, StepKV, attend, attend_one
 
 PositionName = Literal["none", "sinusoidal", "learned", "shaw", "xl", "rotary", "alibi"]
 POSITIONS: tuple[str, ...] = get_args(PositionName)
@@ -99,12 +96,40 @@ def build_input_position(name: PositionName, dim: int, *, max_len: int = 1024) -
 # ---------------------------------------------------------------- attention-level schemes
 
 
-class AttentionScheme(nn.Module):
-    """Base of the attention-level schemes: ``forward`` for segments, ``step`` for acting.
+class Prepared(NamedTuple):
+    """What a scheme makes of a segment's heads for the kernel: the queries (B, H, L, d) and
+    keys (B, H, S, d) that enter the scores, a float bias broadcastable to (B, H, L, S), and a
+    term of the attention weights added to the output (``values`` of :func:`attend`)."""
 
-    ``step`` attends one query per env over [window ; itself]; this default runs
-    ``forward`` with L = 1, and schemes with a cheaper single-query form override it.
+    q: Tensor
+    k: Tensor
+    bias: Tensor | None = None
+    values: Callable[[Tensor], Tensor] | None = None
+
+
+class PreparedStep(NamedTuple):
+    """What a scheme makes of one acting step for :func:`attend_one`: the query (N, H, d), the
+    window and own keys/values, and a float bias broadcastable to (N, H, M+1)."""
+
+    q: Tensor
+    kv: StepKV
+    bias: Tensor | None = None
+
+
+class AttentionScheme(nn.Module):
+    """Base of the attention-level schemes. A scheme only prepares what its positions change:
+    ``prepare`` for a segment, ``prepare_step`` for one acting step (one query per env over
+    [window ; itself]). ``forward`` and ``step``, defined here once, run what it prepares
+    through the shared kernel. The base prepares nothing (no positional term inside attention).
     """
+
+    def prepare(self, q: Tensor, k: Tensor) -> Prepared:
+        """Queries q (B, H, L, d) and keys k (B, H, S, d) as they enter the scores."""
+        return Prepared(q, k)
+
+    def prepare_step(self, q: Tensor, kv: StepKV, context: Any) -> PreparedStep:
+        """The query q (N, H, d) and ``kv`` of one acting step as they enter the scores."""
+        return PreparedStep(q, kv)
 
     def forward(
         self,
@@ -116,8 +141,17 @@ class AttentionScheme(nn.Module):
         dropout: float,
         kernel: Kernel,
     ) -> Tensor:
-        """q (B, H, L, E), k/v (B, H, S, E) -> (B, H, L, E)."""
-        raise NotImplementedError  # pragma: no cover - every scheme defines it
+        """q (B, H, L, d), k/v (B, H, S, d) -> (B, H, L, d): the prepared heads attend."""
+        p = self.prepare(q, k)
+        return attend(
+            p.q, p.k, v, mask=mask, bias=p.bias, dropout=dropout, kernel=kernel, values=p.values
+        )
+
+    def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
+        """q (N, H, d) over [window ; itself] (``kv``), additive mask (N, 1 or H, M+1) ->
+        (N, H, d): the prepared step attends."""
+        p = self.prepare_step(q, kv, context)
+        return attend_one(p.q, p.kv, mask=mask, bias=p.bias, dropout=dropout)
 
     def step_context(self, window: int, device: torch.device, dtype: torch.dtype) -> Any:
         """What ``step`` needs that depends on parameters and the window of M steps only, not
@@ -131,33 +165,9 @@ class AttentionScheme(nn.Module):
         steps (an adaptive span that reaches no farther); unchanged here."""
         return context
 
-    def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
-        """q (N, H, E) over [window ; itself] (``kv``), additive mask (N, 1 or H, M+1) ->
-        (N, H, E)."""
-        k, v = kv.full()
-        out = self(q.unsqueeze(2), k, v, mask=mask.unsqueeze(-2), dropout=dropout, kernel="math")
-        return out.squeeze(2)
-
 
 class PlainAttention(AttentionScheme):
     """No positional term inside attention (``none`` and the absolute schemes)."""
-
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        mask: Tensor | None,
-        dropout: float,
-        kernel: Kernel,
-    ) -> Tensor:
-        """Attend with no positional term."""
-        return attend(q, k, v, mask=mask, dropout=dropout, kernel=kernel)
-
-    def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
-        """Single-query attention with no positional term."""
-        return attend_one(q, kv, mask=mask, dropout=dropout)
 
 
 class RotaryAttention(AttentionScheme):
@@ -173,12 +183,12 @@ class RotaryAttention(AttentionScheme):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def angles(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos and sin of positions (N,) times the frequencies: (N, E/2) each."""
-        angles = positions.to(self.inv_freq.dtype).unsqueeze(1) * self.inv_freq  # (N, E/2)
+        """cos and sin of positions (N,) times the frequencies: (N, d/2) each."""
+        angles = positions.to(self.inv_freq.dtype).unsqueeze(1) * self.inv_freq  # (N, d/2)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate x (B, H, N, E) by positions (N,), pairing the halves of E (GPT-NeoX layout)."""
+        """Rotate x (B, H, N, d) by positions (N,), pairing the halves of d (GPT-NeoX layout)."""
         return rotate_halves(x, *self.angles(positions, x.dtype))
 
     def step_context(
@@ -193,39 +203,25 @@ class RotaryAttention(AttentionScheme):
         """Positions 0..K: only distances matter, so a window of K steps starts at 0 again."""
         return context[0][: keep + 1], context[1][: keep + 1]
 
-    def step(
-        self, q: Tensor, kv: StepKV, *, mask: Tensor, context: tuple[Tensor, Tensor], dropout: float
-    ) -> Tensor:
-        """Rotate the window keys by 0..M-1 and the query and own key by M, then attend (the
-        window is rotated into a new tensor: the cache holds un-rotated keys)."""
+    def prepare_step(self, q: Tensor, kv: StepKV, context: tuple[Tensor, Tensor]) -> PreparedStep:
+        """Rotate the window keys by 0..M-1 and the query and own key by M (the window is
+        rotated into a new tensor: the cache holds un-rotated keys)."""
         cos, sin = context
         m = kv.window_k.shape[2]
         window_k = rotate_halves(kv.window_k, cos[:m], sin[:m])
         q, k = rotate_halves(torch.stack([q, kv.k], dim=2), cos[m:], sin[m:]).unbind(2)
-        rotated = StepKV(window_k, kv.window_v, k, kv.v)
-        return attend_one(q, rotated, mask=mask, dropout=dropout)
+        return PreparedStep(q, StepKV(window_k, kv.window_v, k, kv.v))
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        mask: Tensor | None,
-        dropout: float,
-        kernel: Kernel,
-    ) -> Tensor:
-        """Rotate queries (positions M..S-1) and keys (0..S-1), then attend."""
+    def prepare(self, q: Tensor, k: Tensor) -> Prepared:
+        """Rotate queries (positions M..S-1) and keys (0..S-1)."""
         length, keys = q.shape[2], k.shape[2]
         positions = torch.arange(keys, device=q.device)
-        q = self.rotate(q, positions[keys - length :])
-        k = self.rotate(k, positions)
-        return attend(q, k, v, mask=mask, dropout=dropout, kernel=kernel)
+        return Prepared(self.rotate(q, positions[keys - length :]), self.rotate(k, positions))
 
 
 def rotate_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate x (..., N, E) pairwise, element i with i + E/2, by angles with cos/sin (N, E/2)."""
-    x1, x2 = x.chunk(2, dim=-1)  # (..., N, E/2) each
+    """Rotate x (..., N, d) pairwise, element i with i + d/2, by angles with cos/sin (N, d/2)."""
+    x1, x2 = x.chunk(2, dim=-1)  # (..., N, d/2) each
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
@@ -252,26 +248,15 @@ class ALiBiAttention(AttentionScheme):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(heads).view(heads, 1, 1), persistent=False)
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        mask: Tensor | None,
-        dropout: float,
-        kernel: Kernel,
-    ) -> Tensor:
-        """Add the distance penalty as a float bias and attend."""
+    def prepare(self, q: Tensor, k: Tensor) -> Prepared:
+        """The distance penalty as a float bias."""
         distance = relative_distance(q.shape[2], k.shape[2], q.device).abs()  # (L, S)
-        bias = (-self.slopes * distance).to(q.dtype)  # (H, L, S)
-        return attend(q, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
+        return Prepared(q, k, bias=(-self.slopes * distance).to(q.dtype))  # bias (H, L, S)
 
-    def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
+    def prepare_step(self, q: Tensor, kv: StepKV, context: Any) -> PreparedStep:
         """Single query at distance M-j from window key j (0 from itself)."""
         distance = torch.arange(kv.window_k.shape[2], -1, -1, device=q.device)  # (M+1,)
-        bias = (-self.slopes[:, 0] * distance).to(q.dtype)  # (H, M+1)
-        return attend_one(q, kv, mask=mask, bias=bias, dropout=dropout)
+        return PreparedStep(q, kv, bias=(-self.slopes[:, 0] * distance).to(q.dtype))  # (H, M+1)
 
 
 class ShawAttention(AttentionScheme):
@@ -279,11 +264,11 @@ class ShawAttention(AttentionScheme):
     a^K and a^V for distances clipped to [-max_distance, max_distance], added to
     the keys (eq. 4) and to the values (eq. 3), shared across heads.
 
-    Neither term materialises an (L, S, E) tensor: the key term is q @ a^K^T over
-    the 2C+1 distinct distances, gathered to (L, S); the value term sums the
-    attention weights per distance bucket (scatter-add) and multiplies by a^V.
-    The value term needs the weights, so this scheme always runs the reference
-    math (SDPA does not return them).
+    Neither term materialises an (L, S, d) tensor: the key term is q @ a^K^T over
+    the 2C+1 distinct distances, gathered to (L, S) as a bias; the value term sums the
+    attention weights per distance bucket (scatter-add) and multiplies by a^V. The value
+    term needs the weights, so this scheme always runs the reference math (SDPA does not
+    return them), and an acting step is the segment path with L = 1.
     """
 
     def __init__(self, head_dim: int, max_distance: int = 16) -> None:
@@ -301,26 +286,25 @@ class ShawAttention(AttentionScheme):
         c = self.max_distance
         return relative_distance(length, keys, device).clamp(-c, c) + c
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        mask: Tensor | None,
-        dropout: float,
-        kernel: Kernel,
-    ) -> Tensor:
-        """Attend with clipped relative key and value terms."""
-        b, h, length, e = q.shape
+    def prepare(self, q: Tensor, k: Tensor) -> Prepared:
+        """The clipped relative key term as a bias, and the value term with its buckets."""
+        b, h, length, d = q.shape
         idx = self.bucket(length, k.shape[2], q.device).expand(b, h, -1, -1)  # (B, H, L, S)
         key_term = (q @ self.rel_k.weight.t()).gather(-1, idx)  # (B, H, L, S)
-        probs = attention_probs(q, k, mask=mask, bias=key_term / math.sqrt(e))
-        if dropout > 0.0:
-            probs = nn.functional.dropout(probs, p=dropout)
-        per_bucket = probs.new_zeros(b, h, length, self.rel_v.num_embeddings)
+        values = functools.partial(self.relative_values, idx)
+        return Prepared(q, k, bias=key_term / math.sqrt(d), values=values)
+
+    def relative_values(self, idx: Tensor, probs: Tensor) -> Tensor:
+        """Eq. 3's a^V term of the weights probs (B, H, L, S) in buckets idx: (B, H, L, d)."""
+        per_bucket = probs.new_zeros(*probs.shape[:-1], self.rel_v.num_embeddings)
         per_bucket = per_bucket.scatter_add(-1, idx, probs)  # (B, H, L, 2C+1)
-        return probs @ v + per_bucket @ self.rel_v.weight
+        return per_bucket @ self.rel_v.weight
+
+    def step(self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Any, dropout: float) -> Tensor:
+        """The segment path with L = 1 over [window ; itself] (copied: reference math)."""
+        k, v = kv.full()
+        out = self(q.unsqueeze(2), k, v, mask=mask.unsqueeze(-2), dropout=dropout, kernel="math")
+        return out.squeeze(2)
 
 
 class XLAttention(AttentionScheme):
@@ -332,7 +316,7 @@ class XLAttention(AttentionScheme):
     key projection, and u, v learned global biases. Terms (b)+(d) are computed
     for every distance once, (L, W) with W = S + L, then aligned to (L, S) with
     the O(L) "shift": a strided view of the flat buffer (appendix B), no gather
-    and no (L, S, E) tensor. The result enters the shared kernel as a float bias,
+    and no (L, S, d) tensor. The result enters the shared kernel as a float bias,
     so the SDPA path stays available.
     """
 
@@ -347,13 +331,13 @@ class XLAttention(AttentionScheme):
         self.v = nn.Parameter(torch.zeros(heads, 1, self.head_dim))
 
     def relative_keys(self, keys: int, length: int, device: torch.device) -> Tensor:
-        """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, E), W = S + L."""
+        """W_kR R for distances S-1, S-2, ..., -L (descending): (H, W, d), W = S + L."""
         # The table is a constant: cached in eager calls, computed in place in a compiled
         # graph (no lru_cache there).
         table_of = descending_sinusoid_table if self.static_graph else descending_sinusoid
         table = table_of(keys - 1, keys + length, self.dim, device)  # (W, D)
         r = self.r_proj(table.to(self.r_proj.weight.dtype))  # (W, D)
-        return r.view(-1, self.heads, self.head_dim).transpose(0, 1)  # (H, W, E)
+        return r.view(-1, self.heads, self.head_dim).transpose(0, 1)  # (H, W, d)
 
     @staticmethod
     def shift(bd: Tensor, keys: int) -> Tensor:
@@ -369,29 +353,20 @@ class XLAttention(AttentionScheme):
         rows = flat[..., start : start + length * (width - 1)]
         return rows.reshape(b, h, length, width - 1)[..., :keys]
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        mask: Tensor | None,
-        dropout: float,
-        kernel: Kernel,
-    ) -> Tensor:
-        """Add the relative term (b)+(d) as a bias and attend with (q + u)."""
+    def prepare(self, q: Tensor, k: Tensor) -> Prepared:
+        """The relative term (b)+(d) as a bias, and (q + u) as the queries of (a)+(c)."""
         length, keys = q.shape[2], k.shape[2]
-        b, h, _, e = q.shape
-        r = self.relative_keys(keys, length, q.device).to(q.dtype)  # (H, W, E)
+        b, h, _, d = q.shape
+        r = self.relative_keys(keys, length, q.device).to(q.dtype)  # (H, W, d)
         # Heads as the batch of one bmm (broadcasting r over B would copy it B times), and the
         # shift applied in that (H, B, L, W) layout, so the (L, S) bias is never copied.
-        qv = ((q + self.v) * (1.0 / math.sqrt(e))).transpose(0, 1).reshape(h, b * length, e)
+        qv = ((q + self.v) * (1.0 / math.sqrt(d))).transpose(0, 1).reshape(h, b * length, d)
         bd = torch.bmm(qv, r.transpose(1, 2)).view(h, b, length, -1)  # (H, B, L, W)
         bias = self.shift(bd, keys).transpose(0, 1)  # (B, H, L, S), a view
-        return attend(q + self.u, k, v, mask=mask, bias=bias, dropout=dropout, kernel=kernel)
+        return Prepared(q + self.u, k, bias=bias)
 
     def step_context(self, window: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """W_kR R for distances M, M-1, ..., 0: (H, M+1, E). It depends on W_kR alone, so the
+        """W_kR R for distances M, M-1, ..., 0: (H, M+1, d). It depends on W_kR alone, so the
         acting state carries it (built with the state and at every refresh) instead of every
         step recomputing a (M+1, D) x (D, D) matmul per layer."""
         return self.relative_keys(window + 1, 1, device)[:, : window + 1].to(dtype)
@@ -400,16 +375,14 @@ class XLAttention(AttentionScheme):
         """The columns of distances K .. 0 (the table descends from M)."""
         return context[:, window - keep :]
 
-    def step(
-        self, q: Tensor, kv: StepKV, *, mask: Tensor, context: Tensor, dropout: float
-    ) -> Tensor:
+    def prepare_step(self, q: Tensor, kv: StepKV, context: Tensor) -> PreparedStep:
         """Single query: window key j sits at distance M-j and the own key at 0, i.e. column j
         of the descending table ``context``, so no shift is needed; the (b)+(d) term is one
         bmm with heads as its batch."""
-        _, h, e = q.shape
-        qv = ((q + self.v.view(h, e)) * (1.0 / math.sqrt(e))).transpose(0, 1)  # (H, N, E)
+        _, h, d = q.shape
+        qv = ((q + self.v.view(h, d)) * (1.0 / math.sqrt(d))).transpose(0, 1)  # (H, N, d)
         bias = torch.bmm(qv, context.transpose(1, 2)).transpose(0, 1)  # (N, H, M+1), a view
-        return attend_one(q + self.u.view(h, e), kv, mask=mask, bias=bias, dropout=dropout)
+        return PreparedStep(q + self.u.view(h, d), kv, bias=bias)
 
 
 def build_attention_position(
@@ -418,7 +391,7 @@ def build_attention_position(
     heads: int,
     *,
     shaw_max_distance: int = 16,
-) -> nn.Module:
+) -> AttentionScheme:
     """The per-layer attention scheme for a position name."""
     check_choice("position scheme", name, POSITIONS)
     head_dim = dim // heads

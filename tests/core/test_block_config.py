@@ -40,7 +40,7 @@ def check_block(block: TransformerBlock, config: BlockConfig) -> None:
     assert isinstance(block.mlp.net[1], nn.ReLU)
     assert type(block.gate1).__name__ == "ResidualGate" and isinstance(block.act, nn.Identity)
     assert block.drop.p == config.dropout
-    assert type(block).__name__ == "PostNormBlock"
+    assert block.norm == "post" and block.placement.attn_out is block.norm1
 
 
 def test_the_config_is_passed_whole_to_every_constructor():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rltrans.core.block import BlockConfig, PostNormBlock, PreNormBlock, build_block
+from rltrans.core.block import BlockConfig, build_block
 from rltrans.core.gates import GATES, GRUGate, build_gate
 
 D = 32
@@ -50,8 +50,16 @@ def test_unknown_gate_lists_valid_ones():
 
 
 def test_block_placements_and_errors():
-    assert isinstance(build_block(BlockConfig(dim=D, heads=4, norm="pre")), PreNormBlock)
-    assert isinstance(build_block(BlockConfig(dim=D, heads=4, norm="post")), PostNormBlock)
+    """Pre-norm normalises each sub-layer's input, post-norm each gated sum; the other slots
+    are the identity, and the LayerNorms keep their one name in the state_dict."""
+    pre = build_block(BlockConfig(dim=D, heads=4, norm="pre"))
+    post = build_block(BlockConfig(dim=D, heads=4, norm="post"))
+    assert tuple(pre.placement)[0::2] == (pre.norm1, pre.norm2)
+    assert tuple(post.placement)[1::2] == (post.norm1, post.norm2)
+    for slot in (*tuple(pre.placement)[1::2], *tuple(post.placement)[0::2]):
+        assert isinstance(slot, torch.nn.Identity)
+    assert pre.state_dict().keys() == post.state_dict().keys()
+    assert {"norm1.weight", "norm2.bias"} <= pre.state_dict().keys()
     with pytest.raises(ValueError, match="unknown norm placement 'sandwich'; valid choices: pre"):
         BlockConfig(dim=D, heads=4, norm="sandwich")
     with pytest.raises(ValueError, match="unknown sublayer activation 'gelu'"):
