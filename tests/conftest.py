@@ -1,8 +1,12 @@
-"""Shared test setup: one torch thread (CI has 2 shared cores), deterministic seeds."""
+"""Shared test setup: one torch thread (CI has 2 shared cores), deterministic seeds, and the
+tier of each test, read from its folder: ``tests/cli/`` (commands and trainings run end to
+end) is marked ``cli``, ``tests/repo/`` (checks of the repository's files) ``repo``; every
+other folder mirrors a package and is the default tier (pyproject.toml's addopts)."""
 
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -15,6 +19,18 @@ torch.set_num_threads(1)
 # training the tests start: the Ctrl-C tests expect a terminal's job, as Python sets one up.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+TESTS = Path(__file__).resolve().parent
+TIER_FOLDERS = ("cli", "repo")  # each folder's name is its marker
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test in a tier's folder with that tier."""
+    for item in items:
+        parts = Path(item.path).resolve().relative_to(TESTS).parts
+        if parts[0] in TIER_FOLDERS:
+            item.add_marker(parts[0])
 
 
 @pytest.fixture(autouse=True)

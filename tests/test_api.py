@@ -12,7 +12,7 @@ from rltrans.api import _overrides, resolve
 from rltrans.config import ConfigError, load_config
 from rltrans.train import main as train_main
 from rltrans.trainers.horizon import time_limit
-from tests.cli import TINY_PPO, summary_line
+from tests.helpers.cli import TINY_PPO, summary_line
 
 # Numbers a run prints that depend on time or place, not on what it learned.
 VARYING = {"SPS", "run_dir", "checkpoint"}

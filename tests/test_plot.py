@@ -16,7 +16,7 @@ import yaml
 
 from rltrans.logging import EPISODIC_RETURN, MetricLogger
 from rltrans.plot import main as plot_main
-from tests.cli import summary_line
+from tests.helpers.cli import summary_line
 
 # The PNG needs the plot extra (part of dev); the error tests run without it.
 DRAWS = pytest.mark.skipif(

@@ -13,7 +13,7 @@ import pytest
 from rltrans.accel.auto import AutoCompile, CompileOverBudget, Memory, deadline, workload_key
 from rltrans.train import main as train_main
 from rltrans.trainers import common
-from tests.cli import TINY_PPO, summary_line
+from tests.helpers.cli import TINY_PPO, summary_line
 
 
 def chooser(updates: int, memory: Memory, key: str = "k", **kw) -> tuple[AutoCompile, list]:

@@ -24,7 +24,7 @@ from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.registry import build_agent
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
-from tests.test_train import TINY
+from tests.cli.test_train import TINY
 
 S = 4  # max_steps
 PPO = {

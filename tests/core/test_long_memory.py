@@ -22,7 +22,7 @@ from rltrans.core.long_memory import (
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.runtime.actors import LocalActor
-from tests.test_rollout import small_agent
+from tests.runtime.test_rollout import small_agent
 
 D, H, Y, M, T = 16, 4, 2, 2, 14  # window reach Y x M = 4 steps, sequences of 14
 KINDS = ("linear", "delta", "additive", "mixed", "compressive")

@@ -12,7 +12,7 @@ from rltrans.core.span import AdaptiveSpan
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.runtime.actors import LocalActor
-from tests.test_rollout import small_agent
+from tests.runtime.test_rollout import small_agent
 
 D, H, Y, M, T = 16, 4, 2, 6, 20
 FRACTIONS = (0.1, 0.3, 0.5, 0.2)  # spans 0.6, 1.8, 3.0, 1.2 steps of M = 6; ramp 2: reach 5

@@ -10,7 +10,7 @@ import torch
 from rltrans.config import env_code, load_config
 from rltrans.envs import make_env
 from rltrans.runtime.pool import LocalPool
-from tests.test_rollout import small_agent
+from tests.runtime.test_rollout import small_agent
 
 pytest.importorskip("minigrid", reason='env=minigrid_memory needs: pip install -e ".[minigrid]"')
 
