@@ -4,7 +4,7 @@ rltrans is developed and tested on CPU machines; this is the command to run firs
 machine with a GPU. Six parts, each a subprocess with its own time limit (a part that fails
 or hangs is killed and recorded, and the next part runs; all limits fit in ``TOTAL_S``):
 
-  tests     the tests that need CUDA (named ``*cuda*``, or skipped when CUDA is missing)
+  tests     the tests that need CUDA, any tier's (named ``*cuda*``, or skipped without CUDA)
   ppo       PPO with the learner and the torch-native T-maze envs on the GPU: SPS, and the
             env steps/s of stepping the envs alone
   device    the device rollout (its acting step replayed from a CUDA graph) against the
@@ -200,7 +200,7 @@ def plan(runs: Path, gpus: int) -> list[Part]:
         "--rounds", "3", "--pairs", "30", "--profile-steps", "0",
     ]  # fmt: skip
     tests = [
-        PY, SCRIPT, "--cuda-tests", "-q", "-p", "no:cacheprovider",
+        PY, SCRIPT, "--cuda-tests", "-q", "-p", "no:cacheprovider", "-m", "not slow and not docs",
         "--continue-on-collection-errors", f"--junitxml={runs / 'tests' / 'cuda_tests.xml'}",
         "tests",
     ]  # fmt: skip
@@ -353,7 +353,7 @@ def write_report(out: Path, info: dict, records: list[dict], seconds: float) -> 
 class CudaSelection:
     """pytest plugin: keep the tests that need CUDA, i.e. whose function name says ``cuda``
     or that carry a ``skipif`` naming CUDA (``tests/envs/test_torch_envs.py``'s marker). So a
-    test that runs only without CUDA names neither (``tests/test_gpu_check.py``)."""
+    test that runs only without CUDA names neither (``tests/cli/test_gpu_check.py``)."""
 
     @staticmethod
     def needs_cuda(item) -> bool:

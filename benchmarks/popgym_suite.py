@@ -169,7 +169,7 @@ def env_overrides(cell: Cell, env_id: str) -> list[str]:
     """The train overrides that pick the cell's env: the Gymnasium id, or the twin's preset.
     Both run with ``agent.horizon=auto``, which fits the twin to its declared time limit and
     the original to the one length its episodes are observed to have: the same number, so the
-    same agent (``tests/test_horizon.py`` checks every twin's preset)."""
+    same agent (``tests/trainers/test_horizon.py`` checks every twin's preset)."""
     if cell.kind == "popgym":
         return ["env=gym", f"env.id={env_id}"]
     from rltrans.envs.torch_envs import TORCH_ENVS

@@ -1,7 +1,9 @@
 """Shared test setup: one torch thread (CI has 2 shared cores), deterministic seeds, and the
 tier of each test, read from its folder: ``tests/cli/`` (commands and trainings run end to
 end) is marked ``cli``, ``tests/repo/`` (checks of the repository's files) ``repo``; every
-other folder mirrors a package and is the default tier (pyproject.toml's addopts)."""
+other folder mirrors a package and is the default tier (pyproject.toml's addopts), but for a
+test there marked ``cli`` by hand (it trains, starts actor processes or compiles: seconds
+each). A test marked ``slow`` or ``docs`` stays in that tier alone: each test is in one."""
 
 import os
 import signal
@@ -26,10 +28,11 @@ TIER_FOLDERS = ("cli", "repo")  # each folder's name is its marker
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test in a tier's folder with that tier."""
+    """Mark each test in a tier's folder with that tier, unless it is slow or a docs example."""
     for item in items:
         parts = Path(item.path).resolve().relative_to(TESTS).parts
-        if parts[0] in TIER_FOLDERS:
+        own_tier = item.get_closest_marker("slow") or item.get_closest_marker("docs")
+        if parts[0] in TIER_FOLDERS and not own_tier:
             item.add_marker(parts[0])
 
 

@@ -69,6 +69,7 @@ def test_bad_names_raise_config_errors_naming_them():
         rltrans.learn({"agent": "gtrxl"})
 
 
+@pytest.mark.cli
 def test_learn_trains_as_the_command_line_does(tmp_path, capsys):
     args = [*TINY_PPO, "total_steps=128", "seed=3"]
     assert train_main([*args, f"run_dir={tmp_path / 'cli'}"]) == 0
@@ -89,6 +90,7 @@ def test_an_on_eval_callback_without_evaluations_is_refused_before_the_run(tmp_p
     rltrans.learn(plan, on_log=lambda step, m: None)  # on_log alone needs no evaluation
 
 
+@pytest.mark.cli
 def test_callbacks_see_every_update_and_stop_the_run(tmp_path):
     run_dir = tmp_path / "run"
     plan = rltrans.plan(

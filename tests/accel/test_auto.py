@@ -108,6 +108,7 @@ def test_the_key_names_the_workload():
     assert workload_key({"agent": 1}, "cpu") != workload_key({"agent": 2}, "cpu")
 
 
+@pytest.mark.cli
 def test_a_run_whose_compile_runs_over_budget_drops_that_update_and_finishes_eager(
     tmp_path, capsys, monkeypatch
 ):

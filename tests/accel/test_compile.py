@@ -50,6 +50,7 @@ def compiled_pair() -> tuple[MemoryAgent, CompiledActing]:
     return eager, CompiledActing(copy.deepcopy(eager))
 
 
+@pytest.mark.cli
 def test_compiled_act_equals_eager_act_across_episode_ends(compiled_pair):
     """The compiled acting step: action, log-prob, value and cached state match the eager act."""
     eager, fast = compiled_pair
@@ -81,6 +82,7 @@ def test_compiled_act_equals_eager_act_across_episode_ends(compiled_pair):
         CompiledActing(tiny_agent("lstm"))
 
 
+@pytest.mark.cli
 def test_compiled_sampling_follows_the_policy(compiled_pair):
     """Actions sampled by the compiled step have the policy's probabilities, and its
     log-probs are those of the actions it took (its random numbers are really random)."""
@@ -99,6 +101,7 @@ def test_compiled_sampling_follows_the_policy(compiled_pair):
     torch.testing.assert_close(counts / 2000, probs, rtol=0, atol=0.05)
 
 
+@pytest.mark.cli
 def test_compiled_act_takes_the_contexts_of_the_state_after_a_weight_change(compiled_pair):
     """The per-step contexts (xl's W_kR R) are inputs of the compiled program, carried in the
     state: after an in-place update of W_kR and refresh_state, the compiled step equals the
@@ -126,6 +129,7 @@ def test_compiled_act_takes_the_contexts_of_the_state_after_a_weight_change(comp
     assert not torch.allclose(out_stale.value, out_eager.value, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.cli
 def test_the_mlp_for_control_acts_through_its_compiled_step_as_eagerly():
     """agent=mlp_continuous (the MuJoCo preset: observation normalisation, a separate critic,
     Gaussian actions) acts through the compiled step: the same means, log-probs and values,
@@ -165,6 +169,7 @@ def test_the_mlp_for_control_acts_through_its_compiled_step_as_eagerly():
     assert len(fast.program.runners) == 1
 
 
+@pytest.mark.cli
 def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape(tmp_path, monkeypatch):
     """Parameters are inputs, not baked constants: in-place updates, load_state_dict and a
     reassigned buffer all show without recompiling; a new batch shape compiles anew; a later
@@ -203,6 +208,7 @@ def test_ahead_of_time_follows_the_parameters_and_compiles_per_shape(tmp_path, m
     torch.testing.assert_close(again(y), fn(y))
 
 
+@pytest.mark.cli
 def test_without_aotinductor_the_step_falls_back_to_torch_compile(monkeypatch, capsys):
     """Before torch 2.6 (no AOTInductor packages) the same call runs under torch.compile,
     said once on stderr."""
@@ -277,6 +283,7 @@ def eager_and_compiled_update(cfg, envs, agent):
     return results
 
 
+@pytest.mark.cli
 def test_compiled_ppo_update_equals_eager_update():
     """One PPO update (2 epochs x 2 minibatches) on the same rollout, compiled vs eager."""
     cfg = load_config([*TINY, "agent.layers=2"])
@@ -291,6 +298,7 @@ def test_compiled_ppo_update_equals_eager_update():
         torch.testing.assert_close(p_fast[k], p_eager[k], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.cli
 def test_compile_true_trains_from_the_command_line(tmp_path, capsys):
     args = [*TINY, "agent.layers=2", "compile=true", "total_steps=128", f"run_dir={tmp_path}"]
     assert train_main(args) == 0
@@ -373,6 +381,7 @@ def test_compile_auto_is_the_default_and_a_short_run_stays_eager(tmp_path, capsy
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["compile"] == "eager"
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("continuous", [False, True])
 def test_compiled_dt_loss_equals_eager(continuous):
     """compile for offline training: the compiled Decision Transformer loss and its gradients
@@ -455,6 +464,7 @@ LONG_OPTIONS = {
 }
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("kind", list(LONG_OPTIONS))
 def test_the_long_memories_compile_to_the_eager_acting_step_and_update(kind):
     """The delta rule, the mixed one (delta and sum rules by head), the compressive memory

@@ -90,6 +90,7 @@ def test_a_separate_critic_needs_the_memoryless_backbone():
         MemoryAgent(*spaces, backbone="mlp", dim=8, layers=1, critic="own")
 
 
+@pytest.mark.cli
 def test_the_preset_trains_and_evaluates_from_the_command_line(tmp_path, capsys):
     run = tmp_path / "run"
     args = ["agent=mlp_continuous", *PENDULUM, "algo.num_steps=256", "algo.num_minibatches=4"]

@@ -230,6 +230,7 @@ def test_ut_act_config_builds_the_documented_backbone(envs):
     assert agent.training_aux.keywords == {"tau": cfg.tau}
 
 
+@pytest.mark.cli
 def test_ut_act_trains_through_the_cli_and_logs_ponder_to_tensorboard(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

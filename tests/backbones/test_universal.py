@@ -236,6 +236,7 @@ def test_memory_is_stop_gradient():
     assert x1.grad is None
 
 
+@pytest.mark.cli
 def test_forward_compiles_as_one_graph():
     """The halting loop and the memory path trace without graph breaks."""
     ut = UniversalTransformer(BlockConfig(dim=D, heads=H), max_steps=2, memory=M).eval()

@@ -107,6 +107,7 @@ def test_the_train_guide_lists_every_rule():
         assert f"`{rule.when}" in row or rule.when.split(".")[1] in row, (key, row)
 
 
+@pytest.mark.cli
 def test_on_resume_the_saved_runs_choices_decide(tmp_path, capsys):
     """resume=true composes with the default algo first; the check waits for the saved run:
     train_steps on a resumed PPO run is refused, total_steps continues it."""

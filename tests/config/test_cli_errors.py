@@ -126,6 +126,7 @@ def test_a_bad_value_for_every_documented_key_at_once_names_every_key(name, caps
     assert not missing, err
 
 
+@pytest.mark.cli
 @settings(
     max_examples=40,
     deadline=None,

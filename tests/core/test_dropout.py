@@ -53,6 +53,7 @@ def test_attention_dropout_on_cpu_drops_whole_weights_and_keeps_the_mean():
     torch.testing.assert_close(draws.mean(0), clean, atol=0.05, rtol=0)
 
 
+@pytest.mark.cli
 def test_compiled_dropout_draws_the_eager_masks_and_never_shares_one():
     """Programs compiled by rltrans keep torch's random ops, so from the same seed a compiled
     step draws the very masks the eager one does (outputs and gradients equal to the bit),
@@ -76,6 +77,7 @@ def test_compiled_dropout_draws_the_eager_masks_and_never_shares_one():
     torch.testing.assert_close(x.grad, eager_grad, rtol=0, atol=0)
 
 
+@pytest.mark.cli
 def test_compiled_dropout_keeps_a_half_precision_dtype():
     from rltrans.accel.compile import compiled
 
@@ -84,6 +86,7 @@ def test_compiled_dropout_keeps_a_half_precision_dtype():
     assert abs((y != 0).float().mean().item() - 0.9) < 0.008
 
 
+@pytest.mark.cli
 def test_importing_the_core_registers_nothing_with_torch():
     """The core's dropout is plain tensor code: no custom op under an ``rltrans`` namespace
     (registering one at import broke torch 2.4, whose schema inference differs)."""

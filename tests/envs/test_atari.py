@@ -113,6 +113,7 @@ def _lives_and_frames(envs: gym.vector.VectorEnv) -> tuple[np.ndarray, np.ndarra
     return np.array([a.lives() for a in ales]), np.array([a.getEpisodeFrameNumber() for a in ales])
 
 
+@pytest.mark.cli
 def test_breakout_training_episodic_life_and_clipping(ale: Any) -> None:
     envs = make_vector_env("ALE/Breakout-v5", 2, seed=0, training=True)
     assert envs.single_observation_space.shape == (4, 84, 84)

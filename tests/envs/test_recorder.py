@@ -88,6 +88,7 @@ def test_errors_name_the_bad_value(tmp_path):
         read_recorded(tmp_path)
 
 
+@pytest.mark.cli
 def test_a_training_run_records_exactly_its_training_episodes(tmp_path, capsys):
     import json
 

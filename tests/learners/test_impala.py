@@ -283,6 +283,7 @@ TINY = [
 ]
 
 
+@pytest.mark.cli
 def test_cli_trains_checkpoints_evaluates_and_resumes(tmp_path, capsys):
     run = tmp_path / "run"
     args = [*TINY, "runtime.num_actors=2", "algo.batch_rollouts=2", f"run_dir={run}"]
@@ -303,6 +304,7 @@ def test_cli_trains_checkpoints_evaluates_and_resumes(tmp_path, capsys):
     assert summary["global_step"] == 512 and summary["updates"] == 4
 
 
+@pytest.mark.cli
 def test_sigkill_between_checkpoints_then_resume_equals_an_uninterrupted_run(tmp_path):
     # 5 updates of 64 steps (one actor, 4 envs, T = 16), checkpoints after updates 2 and 4.
     args = [*TINY, KILLER, "total_steps=320", "checkpoint_every=2", "tensorboard=true"]

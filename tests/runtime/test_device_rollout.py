@@ -117,6 +117,7 @@ TINY = ["env.kwargs.length=4", "env.num_envs=4", "algo.num_steps=16", "algo.segm
         "torch_threads=1", "progress=false", "tensorboard=false"]  # fmt: skip
 
 
+@pytest.mark.cli
 def test_a_run_trains_the_same_weights_either_way(tmp_path):
     weights = []
     for rollout in ("generic", "device"):

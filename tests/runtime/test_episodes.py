@@ -121,6 +121,7 @@ def test_video_records_env_zeros_first_episode_on_a_gymnasium_env(tmp_path):
     assert video.save(tmp_path / "v.gif").stat().st_size > 0
 
 
+@pytest.mark.cli
 def test_evaluate_video_true_writes_a_gif(tmp_path, capsys):
     env = ["env=gym", f"env.id={renderable.__name__}:rltrans_tests/Blink-v0", "env.num_envs=2"]
     tiny = ["agent=mlp", "agent.dim=8", "algo.num_steps=8", "algo.segment_length=8"]

@@ -91,6 +91,7 @@ def _agent(agent_cfg, env_cfg):
     return agent
 
 
+@pytest.mark.cli
 def test_first_rollout_equals_local_actor():
     """One actor, same seed and weights: the pool's first rollout is the parent's LocalActor's."""
     seed, steps, seg = 3, 16, 8
@@ -126,6 +127,7 @@ def test_first_rollout_equals_local_actor():
         assert stats["env_ms"] > 0 and stats["act_ms"] > 0
 
 
+@pytest.mark.cli
 def test_versions_follow_publish_and_stale_rollouts_are_dropped():
     agent = _agent(MLP, CARTPOLE)
     tracker = EpisodeTracker(window=100)
@@ -181,6 +183,7 @@ def test_versions_follow_publish_and_stale_rollouts_are_dropped():
         assert tracker.episodes_seen > 0 and 8 <= tracker.mean_length <= 100
 
 
+@pytest.mark.cli
 def test_two_actors_seeds_sigkill_restart_and_close(capfd):
     """Forkserver here (the other tests spawn): actors and the restart start in ~0.1 s."""
     agent = _agent(MLP, CARTPOLE)
@@ -225,6 +228,7 @@ def test_two_actors_seeds_sigkill_restart_and_close(capfd):
         assert not Path(f"/proc/{pid}").exists() or "zombie" in _state(pid)
 
 
+@pytest.mark.cli
 def test_actor_deaths_beyond_max_restarts_stop_the_pool():
     agent = _agent(MLP, CARTPOLE)
     pool = ProcessPool(

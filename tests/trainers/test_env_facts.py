@@ -60,6 +60,7 @@ TRAINING = ["total_steps=512", "env.num_envs=4", "progress=false", "torch_thread
 TRAINING += ["compile=false", "algo.eval_every=1"]  # agent.horizon=auto: the fit reads too
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     "algo", [["algo=ppo", "algo.num_steps=64"], ["algo=impala", "algo.num_steps=32"]]
 )
@@ -95,6 +96,7 @@ def test_the_gym_recorder_sees_a_read_of_a_hint(gym_reads):
     assert ("myopic", Path(__file__).name) in gym_reads
 
 
+@pytest.mark.cli
 def test_the_horizon_probe_and_the_trainer_read_a_users_env_through_gymnasium_only(
     gym_reads, tmp_path
 ):

@@ -155,6 +155,7 @@ def test_fitting_twice_is_fitting_once():
     assert fit_horizon(once.copy()) == once
 
 
+@pytest.mark.cli
 def test_a_run_saves_the_fitted_agent_and_resumes_and_evaluates_it(tmp_path, capsys):
     run = tmp_path / "run"
     common = ["env.num_envs=4", "algo.num_steps=64", "algo.num_minibatches=2"]
@@ -177,6 +178,7 @@ def test_a_run_saves_the_fitted_agent_and_resumes_and_evaluates_it(tmp_path, cap
     assert evaluate.main([f"checkpoint={run}", "episodes=2", "progress=false"]) == 0
 
 
+@pytest.mark.cli
 def test_a_gymnasium_run_fitted_by_observation_resumes_under_the_same_fit(tmp_path):
     run = tmp_path / "run"
     common = [*EPISODES, "env.kwargs.length=40", "env.num_envs=4", "algo.num_steps=64"]

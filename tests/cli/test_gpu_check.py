@@ -59,6 +59,7 @@ def test_dry_run_lists_every_part_within_ten_minutes(module):
     commands = dict(zip(PARTS, lines, strict=True))
     for needed, part in [
         ("--cuda-tests", "tests"),
+        ("-m 'not slow and not docs'", "tests"),  # the CLI and repository tiers too
         ("device=cuda", "ppo"),
         ("env=tmaze", "ppo"),
         ("speed.py --vary rollout", "device"),
