@@ -15,7 +15,7 @@ import torch
 
 from rltrans.learners import NonFiniteLossError
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def load(name: str):
@@ -96,6 +96,7 @@ def test_every_variation_parses_its_defaults(speed, monkeypatch):
     assert ran["compile"].settings == ["auto", "false"]
 
 
+@pytest.mark.cli
 def test_rollout_amp_adds_a_bfloat16_device_row(speed, tmp_path):
     out = tmp_path / "rows.json"
     speed.main(["--vary", "rollout", "--envs", "2", "--agents", "gru", "--updates", "1",
