@@ -223,6 +223,7 @@ def test_without_aotinductor_the_step_falls_back_to_torch_compile(monkeypatch, c
     assert capsys.readouterr().err.count("has no AOTInductor packages") == 1
 
 
+@pytest.mark.cli
 def test_a_failing_aotinductor_falls_back_with_a_notice(monkeypatch, capsys):
     """Any failure of export or AOTInductor leaves a working torch.compile step and one line."""
 
@@ -374,6 +375,7 @@ def test_auto_compile_restores_a_checkpoint_choice_without_measuring():
     assert chooser.choice == "compiled" and calls == ["enable"]
 
 
+@pytest.mark.cli
 def test_compile_auto_is_the_default_and_a_short_run_stays_eager(tmp_path, capsys):
     args = [*TINY, "total_steps=256", f"run_dir={tmp_path}"]
     assert train_main(args) == 0

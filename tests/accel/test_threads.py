@@ -133,6 +133,7 @@ def test_candidates_and_the_omp_cap(monkeypatch):
 TINY = ["env.kwargs.length=4", "algo.num_steps=16", "agent.dim=16", "progress=false"]
 
 
+@pytest.mark.cli
 def test_train_reports_checkpoints_and_resumes_the_choice(tmp_path, capsys, monkeypatch):
     """torch_threads=auto (the default) on 2 cores: both kinds of call are tuned and reported
     during the first update, the choice lands in the checkpoint, and a resumed run reuses it
@@ -156,6 +157,7 @@ def test_train_reports_checkpoints_and_resumes_the_choice(tmp_path, capsys, monk
     assert load_policy(tmp_path, torch_threads=1).threads is None
 
 
+@pytest.mark.cli
 def test_a_fixed_count_tunes_nothing_and_actor_processes_use_one(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(threads, "available_cores", lambda: 2)
     args = [*TINY, "total_steps=256", "torch_threads=1", f"run_dir={tmp_path}"]

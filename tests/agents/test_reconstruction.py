@@ -263,6 +263,7 @@ def falls(run: Path) -> np.ndarray:
     return losses
 
 
+@pytest.mark.cli
 def test_ppo_run_logs_a_falling_reconstruction_loss_resumes_and_evaluates(tmp_path, capsys):
     run = tmp_path / "run"
     args = [*TINY_PPO, *FAST, "algo.reconstruction_coef=0.1", f"run_dir={run}"]
@@ -294,6 +295,7 @@ def test_ppo_run_logs_a_falling_reconstruction_loss_resumes_and_evaluates(tmp_pa
     assert agent.decoder is None
 
 
+@pytest.mark.cli
 def test_impala_run_logs_a_falling_reconstruction_loss_and_evaluates(tmp_path, capsys):
     run = tmp_path / "run"
     tiny = [a for a in TINY_PPO if not a.startswith(("algo.epochs", "algo.num_minibatches"))]

@@ -249,6 +249,7 @@ def recall_accuracy(memory: int, steps: int = 150) -> float:
     return across.float().mean().item()
 
 
+@pytest.mark.cli
 def test_memory_carries_what_a_segment_needs_from_the_previous_one():
     """A learning check of the memory path: with memory the stack learns recall across the
     segment boundary; without memory (the same stack, memory=0) it stays at chance there."""

@@ -257,6 +257,7 @@ def _under_ulimit(*args: str, timeout: int = 120) -> subprocess.CompletedProcess
     )  # fmt: skip
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("command", ["train", "evaluate", "collect", "load_policy"])
 def test_the_documented_thread_maximum_is_refused_where_its_stacks_cannot_fit(
     command, cartpole_run, tmp_path
