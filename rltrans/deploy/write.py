@@ -33,7 +33,7 @@ from rltrans.deploy.memory import MemoryProgram, ObservationInputs
 from rltrans.deploy.tensors import TensorSpec, spec_of
 from rltrans.fsutil import write_file
 from rltrans.policy import Policy
-from rltrans.spaces import serialize_space, space_to_dict
+from rltrans.spaces import serialize_space
 
 SUFFIXES = {"onnx": ".onnx", "torch": ".pt2"}
 EXAMPLE_ENVS = 2  # the batch the program is traced with (dynamic: any batch runs)
@@ -257,7 +257,7 @@ def check_onnx(data: bytes, program: ActingProgram, what: str) -> None:
     with torch.no_grad():
         want = program.module(*program.example)
     for spec, a, b in zip(program.outputs, got, want, strict=True):
-        b = b.numpy()
+        b = b.detach().numpy()
         same = a.shape == b.shape and (
             np.allclose(a, b, rtol=0, atol=TOLERANCE) if b.dtype.kind == "f" else (a == b).all()
         )
@@ -291,8 +291,8 @@ def sidecar(program: ActingProgram, policy: Policy, fmt: Format, file: Path, **f
         "batch_axis": 0,
         "inputs": [s.to_json() for s in program.inputs],
         "outputs": [s.to_json() for s in program.outputs],
-        **{name: space_to_dict(space) for name, space in spaces.items()},
-        **{f"{name}_json": serialize_space(space) for name, space in spaces.items()},
+        # Exact (Minari's serialisation, which Gymnasium's spaces rebuild from), not a summary.
+        **{name: json.loads(serialize_space(space)) for name, space in spaces.items()},
     }
 
 
