@@ -12,9 +12,10 @@ The memory is the agent's acting state as named, batch-first tensors, by backbon
   and the long memory's tensors (``long.<field>``, (N, Y, ...); none with long_memory=none).
 
 The acting state of ``load_policy`` holds the window in a ring buffer of 2M slots written in
-place (:class:`rltrans.memory.MemoryState`); the program rebuilds that state from the window
-(cursor 0), steps the agent through its public acting call and reads the window back (cursor
-1), so the math is the library's own and only the layout is the program's.
+place (:class:`rltrans.memory.MemoryState`); the program steps the agent through its public
+acting call on a state with the same calls over a window that shifts by one step
+(:class:`ShiftingWindow`), so the math is the library's own and only the layout is the
+program's.
 """
 
 from __future__ import annotations
@@ -127,6 +128,55 @@ class RecurrentMemory:
         return RNNState(h, tensors[1] if self.lstm else torch.zeros_like(h))
 
 
+class ShiftingWindow:
+    """The acting state a transformer backbone steps through inside an exported program: the
+    calls of :class:`rltrans.memory.MemoryState` that a step makes (``step_mask``,
+    ``windows``, ``store``, ``advance``), on a window of exactly M steps that each step
+    shifts by one, without writes into a buffer (ONNX Runtime copies a whole tensor for every
+    indexed write: a Universal Transformer's step at 16 envs took about 5x as long that way).
+
+    keys, values: (Y, N, H, M, D/H) oldest first; valid (N, M); time (N,); long: layer-first.
+    """
+
+    def __init__(self, keys, values, valid, time, contexts, long) -> None:
+        self.keys, self.values, self.valid, self.time = keys, values, valid, time
+        self.contexts, self.long = contexts, long
+        self.new: dict[int, tuple[Tensor, Tensor]] = {}  # layer -> this step's key, value
+
+    def step_mask(self, dtype: torch.dtype) -> Tensor:
+        """(N, 1, M+1) additive mask, as ``MemoryState.step_mask``: -inf over the window's
+        slots outside the episode, 0 elsewhere and on the step itself."""
+        hidden = torch.zeros(self.valid.shape, dtype=dtype, device=self.valid.device)
+        window = hidden.masked_fill(~self.valid, float("-inf"))  # (N, M)
+        return torch.cat([window, hidden[:, :1]], dim=1).unsqueeze(1)
+
+    def windows(self) -> tuple[Tensor, Tensor]:
+        """The cached keys and values of the last M steps, (Y, N, H, M, D/H) each."""
+        return self.keys, self.values
+
+    def store(self, layers: int | slice, hidden: Tensor, key: Tensor, value: Tensor) -> None:
+        """Keep this step's keys and values of one layer (N, H, D/H) or of all (Y, N, H,
+        D/H); the layer inputs only serve a refresh after a weight change: dropped."""
+        if isinstance(layers, slice):
+            self.new |= {i: (k, v) for i, (k, v) in enumerate(zip(key, value, strict=True))}
+        else:
+            self.new[layers] = (key, value)
+
+    def advance(self) -> ShiftingWindow:
+        """The window after the step: its oldest step dropped, this one appended."""
+        keys, values = (torch.stack([self.new[i][j] for i in sorted(self.new)]) for j in (0, 1))
+        shift = lambda old, new: torch.cat([old[:, :, :, 1:], new.unsqueeze(3)], dim=3)  # noqa: E731
+        valid = torch.cat([self.valid[:, 1:], torch.ones_like(self.valid[:, :1])], dim=1)
+        return ShiftingWindow(
+            shift(self.keys, keys),
+            shift(self.values, values),
+            valid,
+            self.time + 1,
+            self.contexts,
+            self.long,
+        )
+
+
 class WindowMemory:
     """A transformer's window of M steps (and its long memory), batch-first; see the module
     docstring. ``contexts`` are the acting state's per-step constants (derived from the
@@ -143,30 +193,22 @@ class WindowMemory:
             *(f"long-memory state {f!r} of each layer" for f in long_fields),
         )
 
-    def tensors(self, state: MemoryState) -> tuple[Tensor, ...]:
-        """The window (oldest step first) of a ring-buffer acting state, batch-first."""
-        w = state.window()
-        keys, values = state.keys[:, :, :, w], state.values[:, :, :, w]  # (Y, N, H, M, D/H)
+    def tensors(self, state: MemoryState | ShiftingWindow) -> tuple[Tensor, ...]:
+        """The window (oldest step first) of an acting state, batch-first: of
+        ``load_policy``'s ring buffer (:class:`MemoryState`) or of the program's own."""
+        keys, values, valid = state.keys, state.values, state.valid
+        if isinstance(state, MemoryState):
+            w = state.window()
+            keys, values, valid = keys[:, :, :, w], values[:, :, :, w], valid[:, w]
         long = tuple(t.transpose(0, 1) for t in state.long)  # (N, Y, ...)
-        return keys.transpose(0, 1), values.transpose(0, 1), state.valid[:, w], state.time, *long
+        return keys.transpose(0, 1), values.transpose(0, 1), valid, state.time, *long
 
-    def state(self, tensors: tuple[Tensor, ...]) -> MemoryState:
-        """A ring-buffer acting state at cursor 0 whose window holds ``tensors``."""
+    def state(self, tensors: tuple[Tensor, ...]) -> ShiftingWindow:
+        """The program's acting state holding ``tensors``."""
         keys, values, valid, time, *long = tensors
-        keys, values = keys.transpose(0, 1), values.transpose(0, 1)  # (Y, N, H, M, D/H)
-        y, n, heads, _, head_dim = keys.shape
-        # The second half is where a step writes; the layer inputs only serve a refresh after
-        # a weight change, which an exported program never sees: zeros.
-        return MemoryState(
-            hidden=keys.new_zeros(y, n, 2 * keys.shape[3], heads * head_dim),
-            keys=torch.cat([keys, torch.zeros_like(keys)], dim=3),
-            values=torch.cat([values, torch.zeros_like(values)], dim=3),
-            valid=torch.cat([valid, torch.zeros_like(valid)], dim=1),
-            time=time.clone(),
-            cursor=0,
-            contexts=self.contexts,
-            long=tuple(t.transpose(0, 1).clone() for t in long),  # the step writes in place
-        )
+        long = tuple(t.transpose(0, 1).clone() for t in long)  # a stack's step copies into them
+        layer_first = keys.transpose(0, 1), values.transpose(0, 1)  # (Y, N, H, M, D/H)
+        return ShiftingWindow(*layer_first, valid, time, self.contexts, long)
 
 
 Memory = NoMemory | RecurrentMemory | WindowMemory
