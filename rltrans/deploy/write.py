@@ -100,11 +100,9 @@ def _state_specs(names: tuple, docs: tuple, tensors: tuple) -> tuple[list, list]
 
 
 def _noise_spec(noise: Tensor, kind: str) -> TensorSpec:
-    doc = (
-        f"{kind} noise of one draw per step: U(0, 1) each"
-        if kind == "uniform"
-        else ("standard normal noise of one draw per step")
-    )
+    """The sampling program's noise input: U(0, 1) or N(0, 1) draws, fresh at every step."""
+    law = "U(0, 1)" if kind == "uniform" else "N(0, 1)"
+    doc = f"{law} draws, fresh at every step, that the action is sampled with"
     return spec_of(noise, "noise", "noise", doc, extra={"distribution": kind})
 
 
