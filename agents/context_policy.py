@@ -211,6 +211,14 @@ class ContextPolicy(nn.Module):
         every hidden state, so there is no cache to reuse. Returns the actions (already in the
         env's values) and the state.
         """
+        state = self.push_observation(obs, state, done)
+        action = self.action_codec.select(self.predict_context(state), deterministic)
+        return ActOutput(action, action), self.record_action(state, action)
+
+    def push_observation(self, obs: Any, state: DTState, done: Any = None) -> DTState:
+        """The context with obs (N, ...) appended as its newest step (the oldest dropped),
+        after the resets where `done` (N,), its action still a placeholder: what
+        :meth:`predict_context` reads before :meth:`record_action` fills the action in."""
         obs = obs_to_tensor(obs, self.observation_space, self.device)
         if done is not None:
             state = self.reset_where(state, torch.as_tensor(done, device=self.device))
@@ -219,20 +227,22 @@ class ContextPolicy(nn.Module):
         def push(x: Tensor, new: Tensor) -> Tensor:  # drop the oldest step, append the newest
             return torch.cat([x[:, 1:], new.to(x.dtype).unsqueeze(1)], dim=1)
 
-        state = state._replace(
+        return state._replace(
             returns_to_go=push(state.returns_to_go, state.next_return),
             states=push(state.states, obs),
             actions=push(state.actions, self.action_codec.blank(n, self.device)),
             timesteps=push(state.timesteps, state.time),
             valid=(state.valid + 1).clamp(max=self.context),
         )
-        action = self.action_codec.select(self.predict_context(state), deterministic)
+
+    def record_action(self, state: DTState, action: Tensor) -> DTState:
+        """The context after the env actions (N, ...) chosen for its newest step."""
+        n = state.valid.shape[0]
         flat = action.reshape(n, *state.actions.shape[2:])  # (N,) or (N, A)
-        state = state._replace(
+        return state._replace(
             actions=torch.cat([state.actions[:, :-1], flat.unsqueeze(1)], dim=1),
             time=state.time + 1,
         )
-        return ActOutput(action, action), state
 
     def observe(self, state: DTState, reward: Any) -> DTState:
         """Fold in the rewards (N,) of the last step: R_{t+1} = R_t - r_t (Chen et al. 2021,

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from rltrans.agents.encoders import build_encoder, layer_init
-from rltrans.agents.heads import build_action_head
+from rltrans.agents.heads import ActionDist, build_action_head
 from rltrans.agents.reconstruction import build_decoder, reconstruction_aux
 from rltrans.backbones.base import Backbone
 from rltrans.backbones.gtrxl import PRESETS, TransformerStack, preset_config
@@ -353,12 +353,21 @@ class MemoryAgent(nn.Module):
         self, obs: Tree, state: Tree, done: Tensor, *, deterministic: bool = False
     ) -> tuple[ActOutput, Tree]:
         """One step for N envs: obs (N, ...), done (N,) = a new episode starts at this obs."""
-        normed = self.obs_norm(obs)
-        h, state, _ = self.backbone.step(self.encoder(normed), state, done)  # aux: unused here
-        dist = self.policy(h)
+        dist, value, state = self.act_distribution(obs, state, done)
         action = dist.mode() if deterministic else dist.sample()
         env_action = self.policy.env_action_tensor(action)
-        return ActOutput(action, env_action, dist.log_prob(action), self._value(normed, h)), state
+        return ActOutput(action, env_action, dist.log_prob(action), value), state
+
+    @torch.no_grad()
+    def act_distribution(
+        self, obs: Tree, state: Tree, done: Tensor | None
+    ) -> tuple[ActionDist, Tensor, Tree]:
+        """One step for N envs before an action is chosen: the action distribution, the
+        value (N,) and the state after the step (``act`` draws from the distribution; an
+        exported program reads its parameters). ``done`` None: no episode starts."""
+        normed = self.obs_norm(obs)
+        h, state, _ = self.backbone.step(self.encoder(normed), state, done)  # aux: unused here
+        return self.policy(h), self._value(normed, h), state
 
     def observe(self, state: Tree, reward: Tensor) -> Tree:
         """Memory policies do not condition on rewards: the state is returned unchanged."""

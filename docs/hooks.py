@@ -55,6 +55,7 @@ COMMANDS = {
     "train.yaml": "python -m rltrans.train",
     "evaluate.yaml": "python -m rltrans.evaluate",
     "collect.yaml": "python -m rltrans.collect",
+    "export.yaml": "python -m rltrans.export",
 }
 
 

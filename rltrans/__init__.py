@@ -6,7 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"  # the one place: pyproject.toml reads it, CHANGELOG.md names it
-__all__ = ["RunPlan", "__version__", "learn", "load_policy", "plan"]
+__all__ = ["RunPlan", "__version__", "export", "learn", "load_policy", "plan"]
 
 if TYPE_CHECKING:
     from rltrans.config.plan import RunPlan
@@ -38,4 +38,6 @@ def learn(run: RunPlan, **callbacks: Any) -> dict[str, Any]:
 def __getattr__(name: str) -> Any:
     if name == "RunPlan":  # imported on first use: ``import rltrans`` stays light
         return importlib.import_module("rltrans.config.plan").RunPlan
+    if name == "export":  # the module rltrans.export, callable as its export(): see there
+        return importlib.import_module("rltrans.export")
     raise AttributeError(f"module 'rltrans' has no attribute {name!r}")

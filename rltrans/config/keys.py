@@ -45,7 +45,12 @@ def specs(config_name: str) -> dict[str, Spec]:
     """The explicit specs of a config by full key; ``key@kind`` applies where the section's
     ``kind`` is that value. Keys absent here take the type of their YAML default. Built per
     call: agents registered after import count."""
-    tables = {"train": _train_specs, "evaluate": _evaluate_specs, "collect": _collect_specs}
+    tables = {
+        "train": _train_specs,
+        "evaluate": _evaluate_specs,
+        "collect": _collect_specs,
+        "export": _export_specs,
+    }
     return tables[config_name]() if config_name in tables else {}
 
 
@@ -275,6 +280,18 @@ def _collect_specs() -> dict[str, Spec]:
         "description": string(null=True),
         "ref_min_score": number(null=True),
         "ref_max_score": number(null=True),
+    }
+
+
+def _export_specs() -> dict[str, Spec]:
+    """export.yaml."""
+    from rltrans.deploy import FORMATS
+
+    return {
+        "checkpoint": string(null=True),  # required: rltrans.export says so when it is null
+        "format": choice(FORMATS),
+        "out": replace(string(null=True), nonempty=True),
+        "target_return": number(null=True),
     }
 
 
