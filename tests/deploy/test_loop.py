@@ -1,18 +1,21 @@
 """A user's loop: the exported quickstart T-maze policy and a DT on a collected CartPole
 dataset, each run by a 20-line ONNX Runtime loop that imports nothing from rltrans
-(tests/export/loop.py, the deploy guide's loop), solve their tasks in 100 of 100 episodes."""
+(tests/deploy/loop.py, the deploy guide's loop), solve their tasks in 100 of 100 episodes."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 
+import pytest
+
 import rltrans
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.train import main as train_main
-from tests.export import loop
-from tests.export.helpers import TINY_RUN
-from tests.export.offline import LIMIT, TRAINED_DT, cartpole_envs, collect_cartpole, train_offline
+from tests.deploy.helpers import TINY_RUN  # skips the module without the export extra
+from tests.deploy.offline import LIMIT, TRAINED_DT, cartpole_envs, collect_cartpole, train_offline
+
+loop = pytest.importorskip("tests.deploy.loop")  # the user's loop imports onnxruntime itself
 
 # The quickstart command (GTrXL + PPO on the T-maze) made small: a corridor of 2, one layer.
 TMAZE = ["agent.dim=16", "agent.heads=2", "agent.layers=1", "env.kwargs.length=2"]

@@ -12,7 +12,7 @@ import rltrans
 from rltrans.deploy.write import acting_program
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.policy import load_policy
-from tests.export.helpers import AGENTS, side_by_side, train_tiny
+from tests.deploy.helpers import AGENTS, side_by_side, train_tiny
 
 
 @pytest.mark.parametrize("agent", sorted(AGENTS))

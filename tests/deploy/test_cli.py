@@ -14,7 +14,7 @@ from rltrans.envs.torch_envs import make_torch_env
 from rltrans.export import main
 from rltrans.policy import load_policy
 from rltrans.spaces import deserialize_space
-from tests.export.helpers import side_by_side, torch_runner, train_tiny
+from tests.deploy.helpers import side_by_side, torch_runner, train_tiny
 
 
 def test_torch_archive_equals_load_policy_and_the_sidecar_names_every_tensor(tmp_path, capsys):

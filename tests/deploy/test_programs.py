@@ -15,7 +15,7 @@ from rltrans.deploy import ExportError
 from rltrans.deploy.memory import ObservationInputs
 from rltrans.deploy.write import acting_program, onnx_bytes, trace
 from rltrans.policy import Policy
-from tests.export.helpers import Recorder, check_step, ort
+from tests.deploy.helpers import Recorder, check_step, ort
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 IMAGE = gym.spaces.Box(0, 255, (12, 12, 3), np.uint8)

@@ -9,8 +9,8 @@ import pytest
 import rltrans
 from rltrans.deploy.write import acting_program
 from rltrans.policy import load_policy
-from tests.export.helpers import side_by_side
-from tests.export.offline import TINY, cartpole_envs, collect_cartpole, train_offline
+from tests.deploy.helpers import side_by_side
+from tests.deploy.offline import TINY, cartpole_envs, collect_cartpole, train_offline
 
 
 @pytest.fixture(scope="module")
