@@ -4,32 +4,20 @@ prints the table."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from argparse import Namespace
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.helpers.scripts import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def replay():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "atari_replay", BENCHMARKS / "atari_replay.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["atari_replay"] = module  # its dataclass looks itself up there
-        spec.loader.exec_module(module)
+    with benchmark_script("atari_replay") as module:
         yield module
-    finally:
-        sys.modules.pop("atari_replay", None)
-        sys.path.remove(str(BENCHMARKS))
 
 
 def _write(out: Path, result) -> None:

@@ -5,8 +5,6 @@ expert; and the table's Spearman correlation is Spearman's."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -15,26 +13,15 @@ import pytest
 
 from rltrans.envs.minari_data import load_minari
 from rltrans.envs.recorder import EpisodeRecorder
+from tests.helpers.scripts import benchmark_script
 
 pytest.importorskip("mujoco", reason="the mujoco extra: pip install -e '.[mujoco]'")
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def maker():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "offline_mujoco", BENCHMARKS / "offline_mujoco.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["offline_mujoco"] = module  # its dataclass looks itself up there
-        spec.loader.exec_module(module)
+    with benchmark_script("offline_mujoco") as module:
         yield module
-    finally:
-        sys.modules.pop("offline_mujoco", None)
-        sys.path.remove(str(BENCHMARKS))
 
 
 @pytest.fixture(autouse=True)

@@ -4,36 +4,21 @@ gradient turns non-finite, eager rows that stay eager)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from rltrans.learners import NonFiniteLossError
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def load(name: str):
-    """benchmarks/<name>.py as a module (its folder on sys.path, as a script has it)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+from tests.helpers.scripts import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def speed():
-    return load("speed")
+    with benchmark_script("speed") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")
