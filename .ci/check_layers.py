@@ -71,6 +71,12 @@ INJECTIONS = [
         "a buffer importing the speed seam breaks the accel contract",
     ),
     (
+        "rltrans/config/keys.py",
+        "import rltrans.run.checkpoint",
+        "rltrans.config.keys -> rltrans.run.checkpoint",
+        "the config importing the run layer breaks the layers",
+    ),
+    (
         "rltrans/stray.py",
         "",
         "rltrans.stray",

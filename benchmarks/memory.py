@@ -67,7 +67,7 @@ def main() -> None:
     from rltrans import train
     from rltrans.buffers.rollout import RolloutBuffer
     from rltrans.learners import PPOLearner
-    from rltrans.run import Run
+    from rltrans.run.context import Run
     from rltrans.runtime.actors import LocalActor
 
     mark("imports")

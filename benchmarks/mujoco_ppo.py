@@ -22,8 +22,9 @@ episodes), SPS) and ``results.json``.
 ``--speed CLEANRL_SCRIPT`` runs no grid: it alternates short runs of rltrans and of CleanRL's
 ``ppo_continuous_action.py`` (run unmodified by ``--cleanrl-python``, in a venv of its own
 pins: gymnasium 0.29.1 has only the v4 envs, whose MuJoCo models the v5 ones share) at the
-same settings, one thread each, over ``--rounds`` rounds, and writes the median SPS of each
-and their ratio per round to ``speed.md``.
+same settings, one thread each, over ``--rounds`` rounds (``--compile``: rltrans's
+``compile=``), and writes each run's SPS over the whole run and over its second half (past a
+compile and warm-up), the ratios per round and their medians to ``speed.md``.
 
     python benchmarks/mujoco_ppo.py --out runs/mujoco-speed \
         --speed cleanrl/ppo_continuous_action.py \
@@ -42,7 +43,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common import logged_sps, run_grid, summaries, train_and_evaluate
+from common import logged_sps, run_grid, train_and_evaluate
 
 ENVS = ("Hopper-v5", "HalfCheetah-v5")
 # CleanRL's published PPO (ppo_continuous_action.py, v4 envs, 1M steps): mean, std over 3 seeds.
@@ -143,7 +144,29 @@ def grid(args: argparse.Namespace) -> None:
     print(table(results))
 
 
-def _rltrans_sps(env_id: str, steps: int, out: Path, round_: int) -> float:
+@dataclass
+class Speed:
+    """One run's speed: over the whole run, and over its second half (compiled, warmed up)."""
+
+    whole: float
+    steady: float
+
+
+def steady_rate(steps: list[float], rates: list[float]) -> Speed:
+    """Speed from cumulative rates ``rates[i] = steps[i] / seconds[i]`` logged at ``steps[i]``
+    (both scripts log that way): the last one, and the rate between the first log at or past
+    half the steps and the last log, so a compile or warm-up at the start is left out."""
+    seconds = [step / rate for step, rate in zip(steps, rates, strict=True)]
+    half = next(i for i, step in enumerate(steps) if step >= steps[-1] / 2)
+    if half == len(steps) - 1:
+        raise ValueError(f"{len(steps)} logged rates: too few for a second half (run longer)")
+    steady = (steps[-1] - steps[half]) / (seconds[-1] - seconds[half])
+    return Speed(whole=rates[-1], steady=steady)
+
+
+def _rltrans_sps(env_id: str, steps: int, out: Path, round_: int, compile_: str) -> Speed:
+    from rltrans.plot import read_curve
+
     run = out / f"rltrans-{env_id}-r{round_}"
     argv = [
         sys.executable,
@@ -155,22 +178,25 @@ def _rltrans_sps(env_id: str, steps: int, out: Path, round_: int) -> float:
         "agent=mlp_continuous",
         f"total_steps={steps}",
         f"run_dir={run}",
+        f"compile={compile_}",
         "overwrite=true",
         "progress=false",
-        "tensorboard=false",
-        "torch_threads=1",
+        "torch_threads=1",  # TensorBoard on: CleanRL's script writes its events too
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=_one_thread())
-    return float(summaries(done.stdout)[-1]["SPS"])
+    subprocess.run(argv, capture_output=True, text=True, check=True, env=_one_thread())
+    curve = read_curve(run, "charts/SPS", "step")
+    return steady_rate(list(curve.x), list(curve.y))
 
 
-def _cleanrl_sps(script: str, python: str, env_id: str, steps: int, out: Path) -> float:
+def _cleanrl_sps(script: str, python: str, env_id: str, steps: int, out: Path) -> Speed:
     v4 = env_id.replace("-v5", "-v4")  # gymnasium 0.29.1 (CleanRL's pin) has only v4
     argv = [python, script, "--env-id", v4, "--total-timesteps", str(steps), "--no-cuda"]
     done = subprocess.run(
         argv, capture_output=True, text=True, check=True, cwd=out, env=_one_thread()
     )
-    return float(re.findall(r"^SPS: (\d+)", done.stdout, re.M)[-1])
+    rates = [float(r) for r in re.findall(r"^SPS: (\d+)", done.stdout, re.M)]
+    # One line per update of its default 2,048 steps (one env): the update's last step.
+    return steady_rate([2048.0 * (i + 1) for i in range(len(rates))], rates)
 
 
 def _one_thread() -> dict[str, str]:
@@ -178,20 +204,33 @@ def _one_thread() -> dict[str, str]:
 
 
 def speed(args: argparse.Namespace) -> None:
-    """Alternate rltrans and CleanRL runs of ``--speed-steps``; median SPS and ratio per round."""
+    """Alternate rltrans and CleanRL runs of ``--speed-steps``; SPS and ratios per round, and
+    their medians, over the whole run and over its second half."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["| env | round | rltrans SPS | CleanRL SPS | ratio |", "|---|---|---|---|---|"]
-    ratios: dict[str, list[float]] = {}
+    lines = [
+        f"rltrans at compile={args.compile}; {args.speed_steps:,} steps a run, one thread each",
+        "",
+        "| env | round | rltrans SPS (whole / 2nd half) | CleanRL SPS (whole / 2nd half) "
+        "| ratio, whole | ratio, 2nd half |",
+        "|---|---|---|---|---|---|",
+    ]
+    ratios: dict[str, list[tuple[float, float]]] = {}
     for env_id in args.envs:
         for r in range(1, args.rounds + 1):
-            ours = _rltrans_sps(env_id, args.speed_steps, out, r)
+            ours = _rltrans_sps(env_id, args.speed_steps, out, r, args.compile)
             theirs = _cleanrl_sps(args.speed, args.cleanrl_python, env_id, args.speed_steps, out)
-            ratios.setdefault(env_id, []).append(ours / theirs)
-            lines.append(f"| {env_id} | {r} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f}x |")
+            whole, steady = ours.whole / theirs.whole, ours.steady / theirs.steady
+            ratios.setdefault(env_id, []).append((whole, steady))
+            lines.append(
+                f"| {env_id} | {r} | {ours.whole:.0f} / {ours.steady:.0f} "
+                f"| {theirs.whole:.0f} / {theirs.steady:.0f} | {whole:.2f}x | {steady:.2f}x |"
+            )
             print(lines[-1], flush=True)
     for env_id, values in ratios.items():
-        lines.append(f"| {env_id} | median | | | {statistics.median(values):.2f}x |")
+        whole = statistics.median(v[0] for v in values)
+        steady = statistics.median(v[1] for v in values)
+        lines.append(f"| {env_id} | median | | | {whole:.2f}x | {steady:.2f}x |")
     (out / "speed.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -209,6 +248,12 @@ def main() -> None:
     parser.add_argument("--cleanrl-python", default=sys.executable, help="python for CleanRL")
     parser.add_argument("--speed-steps", type=int, default=61_440, help="env steps per speed run")
     parser.add_argument("--rounds", type=int, default=3, help="speed rounds per env")
+    parser.add_argument(
+        "--compile",
+        default="auto",
+        choices=["auto", "true", "false"],
+        help="rltrans's compile= in the speed runs (auto: a user's default)",
+    )
     args = parser.parse_args()
     speed(args) if args.speed else grid(args)
 

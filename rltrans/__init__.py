@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"  # the one place: pyproject.toml reads it, CHANGELOG.md names it
+from rltrans.version import __version__
+
 __all__ = ["RunPlan", "__version__", "export", "learn", "load_policy", "plan"]
 
 if TYPE_CHECKING:
@@ -20,24 +20,27 @@ def load_policy(path: Any, device: Any = "cpu", torch_threads: int | str | None 
     return _load(path, device, torch_threads)
 
 
-# The API's layer sits above modules that import this package for its version, so it is
-# imported by name on first use (a static import here would read as an upward import).
-_API = "rltrans.api"
-
-
 def plan(*overrides: str, **options: Any) -> RunPlan:
     """A run resolved once from the command line's names; see :func:`rltrans.api.plan`."""
-    return importlib.import_module(_API).plan(*overrides, **options)
+    from rltrans.api import plan as _plan
+
+    return _plan(*overrides, **options)
 
 
 def learn(run: RunPlan, **callbacks: Any) -> dict[str, Any]:
     """Train a :func:`plan` (``on_log=``, ``on_eval=``); see :func:`rltrans.api.learn`."""
-    return importlib.import_module(_API).learn(run, **callbacks)
+    from rltrans.api import learn as _learn
+
+    return _learn(run, **callbacks)
 
 
 def __getattr__(name: str) -> Any:
     if name == "RunPlan":  # imported on first use: ``import rltrans`` stays light
-        return importlib.import_module("rltrans.config.plan").RunPlan
+        from rltrans.config.plan import RunPlan
+
+        return RunPlan
     if name == "export":  # the module rltrans.export, callable as its export(): see there
-        return importlib.import_module("rltrans.export")
+        import rltrans.export as module
+
+        return module
     raise AttributeError(f"module 'rltrans' has no attribute {name!r}")

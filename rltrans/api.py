@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrans.config import ConfigError, config_groups, load_config, to_container
 from rltrans.config.plan import TRAINER_KINDS, RunPlan
+from rltrans.config.run_settings import RunSettings, runtime_settings
 from rltrans.learners.settings import algo_settings
 from rltrans.trainers.common import Callbacks, MetricsHook
 
@@ -36,7 +37,7 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     estimate, trainer choice, each made here once."""
     from rltrans.config.applies import inapplicable
     from rltrans.config.resources import check_resources
-    from rltrans.config.resume import override_keys, settled_config
+    from rltrans.run.resume import override_keys, settled_config
     from rltrans.trainers.horizon import fit_horizon, horizon_note
 
     # agent.horizon before a resume too, so the command line it repeats compares equal to
@@ -53,10 +54,12 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
         raise ConfigError(f"algo.kind={kind!r}; valid kinds: {', '.join(TRAINER_KINDS)}")
     try:
         algo = algo_settings(to_container(cfg.algo))
+        runtime = runtime_settings(to_container(cfg.runtime))
     except ValueError as err:
         raise ConfigError(str(err)) from None
     OmegaConf.set_readonly(cfg, True)
-    return RunPlan(cfg, kind, algo, tuple(overrides), horizon_note(cfg))
+    run = RunSettings.from_config(cfg)
+    return RunPlan(cfg, kind, algo, run, runtime, tuple(overrides), horizon_note(cfg))
 
 
 def plan(*overrides: str, **options: Any) -> RunPlan:

@@ -11,13 +11,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rltrans import __version__
-from rltrans.checkpoint import CheckpointError
 from rltrans.config import ConfigError, config_help, load_config
 from rltrans.fsutil import StorageError, UnsafePathError
-from rltrans.logging import print_summary
+from rltrans.run.checkpoint import CheckpointError
+from rltrans.run.logging import print_summary
 from rltrans.spaces import SpaceMismatchError
 from rltrans.trainers import stop
+from rltrans.version import __version__
 
 
 def _print_to_pipe(text: str) -> None:

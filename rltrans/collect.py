@@ -42,7 +42,7 @@ from rltrans.cli import run_cli
 from rltrans.config import ConfigError
 from rltrans.fsutil import StorageError, check_writable, free_bytes
 from rltrans.policy import check_env_code
-from rltrans.run import building, payload_spaces, setup
+from rltrans.run.context import building, payload_spaces, setup
 from rltrans.spaces import SpaceMismatchError, check_same_spaces
 
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -116,9 +116,9 @@ def _spec_from_env_config(env_cfg: dict[str, Any]) -> EnvSpec:
 def _checkpoint_policy(cfg: DictConfig, device: Any) -> tuple[Any, str, dict[str, Any]]:
     """A saved rltrans agent, its name, its env config, its spaces and its initial-state
     arguments (a return-conditioned policy's target)."""
-    from rltrans.checkpoint import load_checkpoint
     from rltrans.config.resources import check_resources
     from rltrans.policy import agent_from_checkpoint, check_payload, resolve_checkpoint
+    from rltrans.run.checkpoint import load_checkpoint
 
     path = resolve_checkpoint(str(cfg.policy))
     payload = load_checkpoint(path, map_location=device)

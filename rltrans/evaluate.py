@@ -21,7 +21,6 @@ import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rltrans.accel import thread_tuners
-from rltrans.checkpoint import load_checkpoint
 from rltrans.cli import run_cli
 from rltrans.config import ConfigError
 from rltrans.config.keys import MAX_ENVS
@@ -35,9 +34,10 @@ from rltrans.policy import (
     check_payload,
     resolve_checkpoint,
 )
-from rltrans.progress import ProgressBar
 from rltrans.registry import agent_entry
-from rltrans.run import building, payload_spaces, setup
+from rltrans.run.checkpoint import load_checkpoint
+from rltrans.run.context import building, payload_spaces, setup
+from rltrans.run.progress import ProgressBar
 from rltrans.runtime.episodes import MaxStepsError, VideoRecorder
 from rltrans.runtime.evaluation import evaluate_episodes, evaluate_targets
 from rltrans.spaces import check_same_spaces

@@ -52,7 +52,7 @@ from rltrans import fsutil
 from rltrans.config import ConfigError, read_yaml
 from rltrans.config.errors import first_line
 from rltrans.config.spec import format_value
-from rltrans.logging import print_summary
+from rltrans.run.logging import print_summary
 
 OPTIONS = {"tag": "charts/episodic_return", "out": "curves.png", "csv": "curves.csv", "x": "step"}
 X_AXES = ("step", "time")
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip())
         return 0
     if "--version" in argv:
-        from rltrans import __version__
+        from rltrans.version import __version__
 
         print(f"rltrans {__version__}")
         return 0

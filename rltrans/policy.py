@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 from rltrans.accel.threads import AUTO, ThreadTuner, tuned
-from rltrans.checkpoint import CheckpointError, check_finite_weights, load_checkpoint
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
 from rltrans.config.keys import MAX_LENGTH, THREADS
 from rltrans.config.resources import weights_problem
@@ -45,7 +44,8 @@ from rltrans.registry import (
     algo_agent_options,
     build_agent,
 )
-from rltrans.run import payload_spaces, select_device, set_threads
+from rltrans.run.checkpoint import CheckpointError, check_finite_weights, load_checkpoint
+from rltrans.run.context import payload_spaces, select_device, set_threads
 from rltrans.spaces import obs_to_tensor
 from rltrans.types import Tree, tree_leaves
 

@@ -1,7 +1,7 @@
 """python -m rltrans.train [group=option ...] [key=value ...]   (--help lists every knob)
 
 Online training (algo=ppo|impala) and offline training of return-conditioned policies
-(agent=dt|bc, dataset=<id>) share one run context (rltrans.run) and read top to bottom in
+(agent=dt|bc, dataset=<id>) share one run context (rltrans.run.context) and read top to bottom in
 rltrans.trainers.ppo, .impala and .offline. Prints one JSON summary line at the end. From
 Python, the same run is ``rltrans.learn(rltrans.plan(...))`` (rltrans.api).
 """

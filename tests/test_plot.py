@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import yaml
 
-from rltrans.logging import EPISODIC_RETURN, MetricLogger
 from rltrans.plot import main as plot_main
+from rltrans.run.logging import EPISODIC_RETURN, MetricLogger
 from tests.helpers.cli import summary_line
 
 # The PNG needs the plot extra (part of dev); the error tests run without it.

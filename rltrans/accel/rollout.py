@@ -24,7 +24,7 @@ segments' memories equal the generic loop's (``tests/runtime/test_device_rollout
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -33,7 +33,8 @@ from rltrans.accel.threads import tuned
 from rltrans.envs import is_torch_env
 from rltrans.types import tree_map, tree_stack
 
-ROLLOUTS = ("auto", "device", "generic")  # the choices of train.yaml's ``rollout``
+Rollout = Literal["auto", "device", "generic"]  # train.yaml's ``rollout``
+ROLLOUTS: tuple[str, ...] = get_args(Rollout)
 
 
 def can_truncate(envs: Any) -> bool:

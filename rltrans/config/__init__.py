@@ -16,7 +16,6 @@ Modules, each importing only those listed before it:
 - :mod:`~rltrans.config.applies`: knobs that apply only under another choice
 - :mod:`~rltrans.config.compose`: Hydra composition, override checks, defaults, --help
 - :mod:`~rltrans.config.trust`: the trust boundary every config read from a file passes
-- :mod:`~rltrans.config.resume`: the config a resumed run continues with, and what may change
 - :mod:`~rltrans.config.plan`: the run plan, one run resolved once (:mod:`rltrans.api`)
 
 >>> cfg = load_config(["agent.dim=32"])

@@ -9,12 +9,13 @@ is that value. :mod:`rltrans.config.schema` checks a composed config against the
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from dataclasses import replace
 from typing import get_args
 
 from rltrans.config.files import group_kinds
-from rltrans.config.resources import MAX_ACTORS, MAX_THREADS
+from rltrans.config.resources import MAX_THREADS
 from rltrans.config.spec import (
     BOOL,
     DEVICE,
@@ -27,16 +28,16 @@ from rltrans.config.spec import (
     number,
     string,
 )
+from rltrans.limits import (
+    MAX_ENVS,
+    MAX_EPISODES,
+    MAX_LAYERS,
+    MAX_LENGTH,
+    MAX_SPACE_SIZE,
+    MAX_STEPS,
+    MAX_WIDTH,
+)
 
-# Size limits, far above any real run and far below what would exhaust memory before the
-# resource estimate (rltrans.config.resources) runs: a file's agent.dim: 1e8 stops here.
-MAX_WIDTH = 2**16  # model widths, heads
-MAX_LAYERS = 1024  # stacked or looped blocks
-MAX_LENGTH = 2**20  # windows, memories, contexts, rollout lengths, episode lengths
-MAX_ENVS = 2**20  # parallel envs, batch sizes
-MAX_STEPS = 10**15  # budgets in env or gradient steps (int64 step counters and logs)
-MAX_EPISODES = 10**7  # evaluation episodes
-MAX_SPACE_SIZE = 2**26  # elements of one shape a wrapper is given (an 8K RGB frame: 2^25)
 THREADS = replace(integer(0, MAX_THREADS), default_words=("auto",))
 UNIT = {"low": 0.0, "high": 1.0}  # number(**UNIT): a value in [0, 1]
 
@@ -60,24 +61,11 @@ def _train_specs() -> dict[str, Spec]:
 
 
 def _run_specs() -> dict[str, Spec]:
-    """train.yaml's own keys."""
-    from rltrans.accel.rollout import ROLLOUTS
-    from rltrans.envs.offline import DATASET_KINDS
+    """train.yaml's own keys: :class:`~rltrans.config.run_settings.RunSettings`' fields (the
+    device's ``cuda:<n>`` pattern is no type, so its check is named here)."""
+    from rltrans.config.run_settings import RunSettings
 
-    return {
-        "seed": SEED,
-        "device": DEVICE,
-        "total_steps": integer(1, MAX_STEPS),
-        "train_steps": integer(1, MAX_STEPS),
-        "dataset": string(null=True),
-        "dataset_kind": choice(DATASET_KINDS),
-        "run_dir": replace(string(null=True), nonempty=True),
-        "checkpoint_every": POSITIVE,
-        "keep_checkpoints": POSITIVE,  # CheckpointManager needs keep_last >= 1
-        "torch_threads": THREADS,
-        "compile": replace(BOOL, default_words=("auto",)),
-        "rollout": choice(ROLLOUTS),
-    }
+    return {**settings_specs("", [RunSettings]), "device": DEVICE}
 
 
 def _agent_specs() -> dict[str, Spec]:
@@ -147,74 +135,62 @@ def _agent_specs() -> dict[str, Spec]:
 
 
 def _algo_specs() -> dict[str, Spec]:
-    """configs/algo/*.yaml (PPO, IMPALA, offline)."""
+    """configs/algo/*.yaml (PPO, IMPALA, offline): each key's type and range are its typed
+    settings field's (rltrans.learners.settings); the DQN Replay reader's choices its own."""
     from rltrans.envs.dqn_replay import Order, Padding, Partial
-    from rltrans.learners.settings import ADVANTAGE_SCOPES
+    from rltrans.learners.settings import ALGO_SETTINGS
 
     return {
         "algo.kind": choice(group_kinds("algo")),
-        "algo.num_steps": integer(1, MAX_LENGTH),
-        "algo.segment_length": integer(1, MAX_LENGTH),
-        "algo.epochs": integer(1, 10_000),
-        "algo.num_minibatches": integer(1, MAX_ENVS),
-        "algo.chunk_obs_mb": number(0.0, open_low=True, null=True),
-        "algo.gamma": number(**UNIT, open_low=True),
-        "algo.gae_lambda": number(**UNIT),
-        "algo.clip_coef": number(0.0, open_low=True, null=True),
-        "algo.vf_clip_coef": number(0.0, open_low=True, null=True),
-        "algo.ent_coef": number(0.0),
-        "algo.reconstruction_coef": number(0.0),  # ppo / impala (offline.yaml has no such key)
-        "algo.min_advantage_std": number(0.0),
-        "algo.advantage_scope": choice(ADVANTAGE_SCOPES),
-        "algo.vf_coef": number(0.0),
-        "algo.target_kl": number(0.0, open_low=True, null=True),
-        "algo.lr": number(0.0, open_low=True),
-        "algo.max_grad_norm": number(0.0, open_low=True, null=True),
-        "algo.batch_size": integer(1, MAX_ENVS),
-        "algo.context": integer(1, MAX_LENGTH, null=True),
-        "algo.weight_decay": number(0.0),
-        "algo.adam_eps": number(0.0, open_low=True),
-        "algo.warmup_updates": integer(0),
-        "algo.log_every": POSITIVE,
-        "algo.return_scale": number(0.0, open_low=True, null=True),
-        "algo.top_fraction": number(**UNIT, open_low=True),
-        "algo.eval_every": integer(0),
-        "algo.eval_episodes": integer(0, MAX_EPISODES),
-        "algo.eval_targets": Spec("numbers", nullable=True),
-        "algo.eval_num_targets": integer(1, 1000),
-        "algo.eval_max_steps": POSITIVE,
+        **settings_specs("algo", ALGO_SETTINGS.values()),
         "algo.dqn_replay.root": string(null=True),
         "algo.dqn_replay.padding": choice(get_args(Padding)),
         "algo.dqn_replay.order": choice(get_args(Order)),
         "algo.dqn_replay.partial": choice(get_args(Partial)),
         "algo.dqn_replay.frame_stack": POSITIVE,
-        # algo=impala
-        "algo.batch_rollouts": integer(1, MAX_ENVS),
-        "algo.rho_bar": number(0.0, open_low=True),
-        "algo.c_bar": number(0.0, open_low=True),
-        "algo.pg_rho_bar": number(0.0, open_low=True, null=True),
-        "algo.vtrace_lambda": number(**UNIT),
-        "algo.optimizer": choice(("rmsprop", "adam")),
-        "algo.rmsprop_alpha": number(**UNIT, open_high=True),
-        "algo.rmsprop_eps": number(0.0, open_low=True),
-        "algo.rmsprop_momentum": number(**UNIT, open_high=True),
-        "algo.max_policy_lag": integer(0),
     }
 
 
+def settings_specs(section: str, classes: typing.Iterable[type]) -> dict[str, Spec]:
+    """``section.<field>``'s spec (``<field>``'s for the top level, ``section=""``) for every
+    field of these settings classes: the annotation's type with the field's range
+    (``knob(low=..., high=...)``). A field two classes share must
+    accept the same values in both (one key, one check); ``kind`` and mappings are left out."""
+    from rltrans.learners.settings import knob_of
+
+    table: dict[str, Spec] = {}
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            spec = hint_spec(hints[f.name])
+            if f.name == "kind" or spec is None:
+                continue
+            k = knob_of(f)
+            spec = replace(
+                spec,
+                low=k.low,
+                high=k.high,
+                open_low=k.open_low,
+                open_high=k.open_high,
+                nonempty=k.nonempty,
+            )
+            key = f"{section}.{f.name}" if section else f.name
+            if table.setdefault(key, spec) != spec:
+                raise TypeError(
+                    f"{key}: {cls.__name__} accepts {spec.describe()}, another "
+                    f"settings class {table[key].describe()}"
+                )
+    return table
+
+
 def _runtime_specs() -> dict[str, Spec]:
-    """configs/runtime/*.yaml: where IMPALA's actors run (PPO ignores it)."""
+    """configs/runtime/*.yaml: where IMPALA's actors run (PPO ignores it), from the fields of
+    :data:`~rltrans.config.run_settings.RUNTIMES`."""
+    from rltrans.config.run_settings import RUNTIMES
+
     return {
         "runtime.kind": choice(group_kinds("runtime")),
-        "runtime.num_actors": integer(1, MAX_ACTORS),
-        "runtime.envs_per_actor": integer(1, MAX_ENVS, null=True),
-        "runtime.slots": integer(1, MAX_ENVS, null=True),
-        "runtime.start_method": choice(("spawn", "forkserver")),
-        "runtime.max_restarts": integer(0),
-        "runtime.address": string(null=True),
-        "runtime.num_cpus_per_actor": number(0.0),
-        "runtime.rollouts_in_flight": integer(1, 1024),
-        "runtime.object_store_memory": integer(75 * 2**20, null=True),  # Ray: >= 75 MiB
+        **settings_specs("runtime", RUNTIMES.values()),
     }
 
 
@@ -283,10 +259,14 @@ def _collect_specs() -> dict[str, Spec]:
     }
 
 
+# What `python -m rltrans.export` writes (rltrans.deploy): an ONNX model | a torch.export
+# archive (.pt2). Defined here, below the deploy layer, so the export section checks it.
+Format = typing.Literal["onnx", "torch"]
+FORMATS: tuple[str, ...] = get_args(Format)
+
+
 def _export_specs() -> dict[str, Spec]:
     """export.yaml."""
-    from rltrans.deploy import FORMATS
-
     return {
         "checkpoint": string(null=True),  # required: rltrans.export says so when it is null
         "format": choice(FORMATS),
@@ -296,6 +276,7 @@ def _export_specs() -> dict[str, Spec]:
 
 
 __all__ = [
+    "FORMATS",
     "MAX_ENVS",
     "MAX_EPISODES",
     "MAX_LAYERS",
@@ -304,5 +285,6 @@ __all__ = [
     "MAX_STEPS",
     "MAX_WIDTH",
     "THREADS",
+    "Format",
     "specs",
 ]

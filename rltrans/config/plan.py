@@ -10,6 +10,7 @@ from typing import Any, Literal
 from omegaconf import DictConfig
 
 from rltrans.config.compose import to_container
+from rltrans.config.run_settings import RunSettings, RuntimeSettings
 from rltrans.learners.settings import AlgoConfig
 
 TrainerKind = Literal["online", "impala", "offline"]
@@ -23,14 +24,18 @@ class RunPlan:
     ``config``: the final config, read-only (what the run folder's config.yaml and its
     checkpoints store). ``trainer``: ``online`` (PPO), ``impala`` or ``offline`` (DT/BC).
     ``algo``: the ``algo`` section typed (``PPOConfig``, ``ImpalaConfig`` or
-    ``OfflineConfig``), which the learner takes whole. ``overrides``: the command line it was
-    resolved from. ``horizon_note``: what ``agent.horizon`` fitted, printed when the run starts
-    (None: nothing fitted).
+    ``OfflineConfig``), which the learner takes whole. ``run``: the top-level keys typed
+    (seed, budgets, run folder, checkpoints, speed modes, logging). ``runtime``: where
+    IMPALA's actors run, typed (``LocalRuntime``, ``ProcessRuntime`` or ``RayRuntime``).
+    ``overrides``: the command line it was resolved from. ``horizon_note``: what
+    ``agent.horizon`` fitted, printed when the run starts (None: nothing fitted).
     """
 
     config: DictConfig
     trainer: TrainerKind
     algo: AlgoConfig
+    run: RunSettings
+    runtime: RuntimeSettings
     overrides: tuple[str, ...]
     horizon_note: str | None = None
 

@@ -41,7 +41,7 @@ ACTOR_PROCESS_BYTES = 256 * 2**20
 # A fresh run's budget smaller than one update of more than LONG_UPDATE env steps is refused:
 # the budget would be rounded up to that update, and a stop signal is read between updates
 # only, so it could not be stopped. Shorter roundings (seconds of work) are said on stderr
-# (rltrans.run.Run.whole_updates).
+# (rltrans.run.context.Run.whole_updates).
 LONG_UPDATE = 2**16
 STACKS = ("gtrxl", "trxl", "trxl_i", "universal")
 MATRIX_MEMORIES = ("linear", "delta", "additive", "mixed")

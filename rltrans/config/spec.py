@@ -198,13 +198,25 @@ def infer_spec(default: Any) -> Spec | None:
 
 
 def hint_spec(hint: Any) -> Spec | None:
-    """The spec of a type annotation: Literal -> choices, int/float/bool/str, ``X | None``."""
+    """The spec of a type annotation: Literal -> choices, int/float/bool/str,
+    ``tuple[float, ...]`` -> numbers, ``X | None``, ``X | Literal["auto"]`` (X, or the word
+    where the YAML default is it)."""
     if get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in get_args(hint) if a is not type(None)]
-        inner = hint_spec(args[0]) if len(args) == 1 else None
-        return replace(inner, nullable=True) if inner else None
+        words = tuple(w for a in args if get_origin(a) is Literal for w in get_args(a))
+        rest = [a for a in args if get_origin(a) is not Literal]
+        inner = hint_spec(rest[0]) if len(rest) == 1 else None
+        if inner is None:
+            return None
+        return replace(inner, nullable=len(args) < len(get_args(hint)), default_words=words)
     if get_origin(hint) is Literal:
         return choice(str(a) for a in get_args(hint))
+    if (
+        get_origin(hint) is tuple
+        and get_args(hint)[1:] == (Ellipsis,)
+        and hint_spec(get_args(hint)[0]) == number()
+    ):
+        return Spec("numbers")  # tuple[float, ...]: a number or a list of them
     simple = {bool: BOOL, int: integer(), float: number(), str: string()}
     return simple.get(hint)
 

@@ -19,12 +19,8 @@ dtype and initial value, and holds the spaces, so a loop needs nothing from rltr
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 from rltrans.config import ConfigError
-
-Format = Literal["onnx", "torch"]  # an ONNX model | a torch.export archive (.pt2)
-FORMATS: tuple[str, ...] = get_args(Format)
+from rltrans.config.keys import FORMATS, Format
 
 
 class ExportError(ConfigError):

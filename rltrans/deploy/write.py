@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from rltrans import __version__
 from rltrans.agents.context_policy import ContextPolicy
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.config.errors import first_line
@@ -34,6 +33,7 @@ from rltrans.deploy.tensors import TensorSpec, spec_of
 from rltrans.fsutil import write_file
 from rltrans.policy import Policy
 from rltrans.spaces import serialize_space
+from rltrans.version import __version__
 
 SUFFIXES = {"onnx": ".onnx", "torch": ".pt2"}
 EXAMPLE_ENVS = 2  # the batch the program is traced with (dynamic: any batch runs)

@@ -38,7 +38,7 @@ from rltrans import fsutil
 from rltrans.accel.threads import ThreadTuner, tuned
 from rltrans.config import ConfigError
 from rltrans.envs import is_torch_env
-from rltrans.logging import Episode, EpisodeTracker
+from rltrans.run.logging import Episode, EpisodeTracker
 from rltrans.spaces import obs_to_tensor
 from rltrans.types import ActingPolicy, ActOutput, Tree
 

@@ -21,7 +21,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rltrans.accel.threads import ThreadTuner
-from rltrans.logging import Episode
+from rltrans.run.logging import Episode
 from rltrans.runtime.episodes import EpisodeLoop, Quota, Transition, play_episodes
 from rltrans.types import ActingPolicy
 

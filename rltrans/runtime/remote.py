@@ -49,7 +49,7 @@ FLOAT_FIELDS = ("log_probs", "values", "rewards", "final_values")
 BOOL_FIELDS = ("terminated", "truncated", "starts")
 # The tensors of one rollout on the wire, in this order (a process pool's slot layout).
 ROLLOUT_KEYS = ("obs", "actions", "memories", "bootstrap_value", *FLOAT_FIELDS, *BOOL_FIELDS)
-# What an episode-statistics reader (rltrans.logging.EpisodeTracker) reads of a step's info.
+# What an episode-statistics reader (rltrans.run.logging.EpisodeTracker) reads of a step's info.
 EPISODE_INFO_KEYS = ("episode", "_episode", "success", "_success")
 
 
@@ -159,7 +159,7 @@ class RemoteActor:
     def __init__(self, spec: ActorSpec, seed: int) -> None:
         from rltrans.envs import make_env
         from rltrans.registry import build_agent
-        from rltrans.run import set_threads
+        from rltrans.run.context import set_threads
 
         set_threads(spec.torch_threads)
         self.spec, self.seed = spec, seed
@@ -170,7 +170,7 @@ class RemoteActor:
 
     def start(self) -> None:
         """Seed the RNGs and reset the envs: the first episodes start."""
-        from rltrans.run import seed_everything
+        from rltrans.run.context import seed_everything
         from rltrans.runtime.actors import LocalActor
 
         seed_everything(self.seed)

@@ -24,10 +24,13 @@ from rltrans.accel import (
     workload_key,
 )
 from rltrans.config import to_container
+from rltrans.config.plan import RunPlan
+from rltrans.config.run_settings import RunSettings
 from rltrans.envs import make_env
-from rltrans.logging import MetricLogger
-from rltrans.progress import ProgressBar
-from rltrans.run import restoring
+from rltrans.learners.settings import ImpalaConfig, PPOConfig
+from rltrans.run.context import restoring
+from rltrans.run.logging import MetricLogger
+from rltrans.run.progress import ProgressBar
 from rltrans.runtime.evaluation import episode_metrics, evaluate_episodes, isolated_rng
 from rltrans.trainers.stop import StopSignals
 
@@ -161,7 +164,7 @@ class TrainerState:
 
 
 def speed(
-    cfg: DictConfig,
+    plan: RunPlan,
     accel: Accel,
     device: torch.device,
     updates_left: int,
@@ -171,18 +174,19 @@ def speed(
 ) -> tuple[Tuners, Choice]:
     """The run's thread tuners (``torch_threads``; the learner's is handed to ``accel``) and
     its compile choice (``compile``), to be restored from a checkpoint by a TrainerState."""
-    tuners = Tuners(thread_tuners(cfg.get("torch_threads"), device, None, *names, streams=streams))
+    cfg, run = plan.config, plan.run
+    tuners = Tuners(thread_tuners(run.torch_threads, device, None, *names, streams=streams))
     accel.threads = tuners.get("learner step")
     chunks = unrolled_chunks(cfg)
     seconds = COMPILE_SECONDS if chunks == 1 else CHUNK_COMPILE_SECONDS * chunks
     # What the compiled programs depend on: a later run of the same workload on this machine
     # reuses compile=auto's decision (the budget and seeds do not change the programs).
     sections = {k: to_container(cfg[k]) for k in ("agent", "algo", "env") if k in cfg}
-    sections["dataset"] = cfg.get("dataset")
+    sections["dataset"] = run.dataset
     sections["algo"] = {k: v for k, v in sections.get("algo", {}).items() if "eval" not in k}
-    key = workload_key(sections, str(device), cfg.get("torch_threads"), cfg.get("rollout"))
+    key = workload_key(sections, str(device), run.torch_threads, run.rollout)
     choice = compile_choice(
-        cfg.compile, accel, updates_left, measure=measure, compile_seconds=seconds, key=key
+        run.compile, accel, updates_left, measure=measure, compile_seconds=seconds, key=key
     )
     return tuners, Choice(choice)
 
@@ -202,21 +206,21 @@ def unrolled_chunks(cfg: DictConfig) -> int:
 
 
 def logger_and_bar(
-    cfg: DictConfig, run: Any, step: int, total: int, unit: str, *, main: bool = True
+    settings: RunSettings, run: Any, step: int, total: int, unit: str, *, main: bool = True
 ) -> tuple[MetricLogger, ProgressBar | None]:
     """The TensorBoard logger (events after the checkpoint of an interrupted process hidden)
     and the progress bar (``progress=true``) of a run at ``step`` of ``total``. A resumed
     run, its saved state restored, first says on stderr where it continues."""
-    if cfg.resume and main:
+    if settings.resume and main:
         print(
             f"resuming {run.dir} at {unit} {step:,} of {total:,} ({run.latest_checkpoint()})",
             file=sys.stderr,
         )
-    purge = step + 1 if cfg.resume else None  # events AT its step were logged before it
-    tensorboard = cfg.tensorboard and main
+    purge = step + 1 if settings.resume else None  # events AT its step were logged before it
+    tensorboard = settings.tensorboard and main
     dir_fd = getattr(run, "dir_fd", None)  # the run folder's descriptor: tb/ is reached by it
     logger = MetricLogger(run.dir, use_tensorboard=tensorboard, purge_step=purge, dir_fd=dir_fd)
-    bar = ProgressBar(total, "train", unit, initial=step) if cfg.progress and main else None
+    bar = ProgressBar(total, "train", unit, initial=step) if settings.progress and main else None
     return logger, bar
 
 
@@ -226,26 +230,32 @@ class PeriodicEvaluation:
     Every ``eval_every`` updates the learner's agent plays ``eval_episodes`` episodes with its
     mode action on an env of its own: the run's env config with ``training=False`` (no
     episodic life, no reward clipping) and ``min(eval_episodes, env.num_envs)`` envs, reset
-    with seed ``cfg.seed + EVAL_SEED_OFFSET`` each time. Every evaluation so plays the same
+    with seed ``seed + EVAL_SEED_OFFSET`` each time. Every evaluation so plays the same
     starts, which ``python -m rltrans.evaluate seed=<that> num_envs=<those>`` plays for the
     checkpoint of that update. It runs in :func:`isolated_rng`: a run trains the same with
     or without it. Logged as ``eval/episodic_return``, ``eval/episodic_length`` and (envs
     that report ``info["success"]``) ``eval/success_rate``.
 
-    >>> evaluation = PeriodicEvaluation(cfg, agent, device)  # doctest: +SKIP
+    >>> evaluation = PeriodicEvaluation(plan, agent, device)  # doctest: +SKIP
     >>> evaluation.after_update(update, global_step, logger)  # every update  # doctest: +SKIP
     """
 
     def __init__(
-        self, cfg: DictConfig, agent: torch.nn.Module, device: torch.device, *, main: bool = True
+        self,
+        plan: RunPlan,
+        agent: torch.nn.Module,
+        device: torch.device,
+        *,
+        main: bool = True,
     ) -> None:
-        self.every = int(cfg.algo.get("eval_every", 0))  # updates; 0 = never
-        self.episodes = int(cfg.algo.get("eval_episodes", 0))
-        self.agent, self.device, self.seed = agent, device, cfg.seed + EVAL_SEED_OFFSET
+        algo: PPOConfig | ImpalaConfig = plan.algo  # type: ignore[assignment]
+        self.every, self.episodes = algo.eval_every, algo.eval_episodes  # updates; 0 = never
+        self.agent, self.device, self.seed = agent, device, plan.run.seed + EVAL_SEED_OFFSET
+        env = plan.config.env
         self.envs = None
         self.last: dict[str, float] = {}
         if main and self.every > 0 and self.episodes > 0:  # under torchrun: rank 0 alone
-            env_cfg = {**to_container(cfg.env), "num_envs": min(self.episodes, cfg.env.num_envs)}
+            env_cfg = {**to_container(env), "num_envs": min(self.episodes, env.num_envs)}
             with isolated_rng(device):  # an env may draw from the global generators as built
                 self.envs = make_env(env_cfg, seed=self.seed, device=device, training=False)
 

@@ -68,7 +68,7 @@ def observed_length(env_cfg: Any, seed: int) -> int | None:
     """The one length of ``PROBE_EPISODES`` uniformly random-action episodes of a Gymnasium
     env (one copy, seeded with ``seed``); None where two differ or one outlasts PROBE_STEPS."""
     from rltrans.envs import make_env
-    from rltrans.run import building
+    from rltrans.run.context import building
 
     config = {**OmegaConf.to_container(env_cfg, resolve=True), "num_envs": 1}
     with building("env"):  # an unknown id or a bad kwarg: one line, exit 2
@@ -130,7 +130,7 @@ def fitted(cfg: DictConfig, distance: int | None, given: Collection[str] = ()) -
     algo.segment_length and, beyond the window cap, algo.num_steps and agent.chunk fitted to
     ``distance`` steps (see the module docstring); agent.horizon becomes the distance used
     (None: nothing known, nothing changed). ``given``: keys set on the command line
-    (``rltrans.config.resume.override_keys``), which keep the values given. A pure function
+    (``rltrans.run.resume.override_keys``), which keep the values given. A pure function
     of the config and the distance: it builds nothing."""
     if not fits(cfg):
         return cfg

@@ -29,15 +29,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from rltrans import distributed
 from rltrans.accel import Accel
 from rltrans.config.plan import RunPlan
+from rltrans.config.run_settings import LocalRuntime
 from rltrans.envs import make_env
 from rltrans.learners import ImpalaLearner
-from rltrans.logging import EpisodeTracker
-from rltrans.run import Run, seed_everything
+from rltrans.run.context import Run, seed_everything
+from rltrans.run.logging import EpisodeTracker
 from rltrans.runtime.actors import RewardScaler
 from rltrans.runtime.pool import ActorPool, LocalPool, Rollout
 from rltrans.trainers.common import (
@@ -50,7 +50,7 @@ from rltrans.trainers.skeleton import OnlineTrainer
 
 
 def build_pool(
-    cfg: DictConfig,
+    plan: RunPlan,
     agent: torch.nn.Module,
     envs: list[Any],
     *,
@@ -58,8 +58,8 @@ def build_pool(
     device: torch.device,
     on_info: Callable[[dict[str, Any]], Any],
 ) -> ActorPool:
-    """The actor pool ``cfg.runtime`` names; its envs reset with ``seed``."""
-    algo, kind = cfg.algo, cfg.runtime.kind
+    """The actor pool ``plan.runtime`` names; its envs reset with ``seed``."""
+    algo, kind = plan.algo, plan.runtime.kind
     if kind == "local":
         return LocalPool(
             envs,
@@ -82,7 +82,7 @@ def build_pool(
         pool = ProcessPool
     for e in envs:  # the actors build their own
         e.close()
-    return pool.from_config(cfg, agent, seed=seed, device=device, on_info=on_info)
+    return pool.from_config(plan.config, agent, seed=seed, device=device, on_info=on_info)
 
 
 def scale_rewards(rollout: Rollout, scalers: list[RewardScaler] | None) -> None:
@@ -146,17 +146,18 @@ class ImpalaTrainer(OnlineTrainer):
 
     def build(self, run: Run) -> None:
         """Envs, agent, learner, the resumed state and the actor pool."""
-        cfg, device, algo, world = run.cfg, run.device, self.plan.algo, run.world
-        self.local = local = cfg.runtime.kind == "local"
-        num_actors = cfg.runtime.num_actors if local else 1  # process: the pool builds its own
+        device, algo, world = run.device, self.plan.algo, run.world
+        seed = self.plan.run.seed
+        runtime = self.plan.runtime
+        self.local = local = isinstance(runtime, LocalRuntime)
+        num_actors = runtime.num_actors if local else 1  # process: the pool builds its own
         with run.building("env"):
-            self.envs = [
-                make_env(cfg.env, seed=cfg.seed + i, device=device) for i in range(num_actors)
-            ]
+            env = self.plan.config.env
+            self.envs = [make_env(env, seed=seed + i, device=device) for i in range(num_actors)]
         envs = self.envs
         self.build_agent(run, (envs[0].single_observation_space, envs[0].single_action_space))
         agent = self.agent
-        per_actor = None if local else cfg.runtime.get("envs_per_actor")  # N of each rollout
+        per_actor = None if local else runtime.envs_per_actor  # N of each rollout
         num_envs = per_actor or envs[0].num_envs
         # Under torchrun each of the world.size learner processes trains on its own rollouts.
         self.steps_per_update = algo.batch_rollouts * algo.num_steps * num_envs * world.size
@@ -170,13 +171,13 @@ class ImpalaTrainer(OnlineTrainer):
         self.progress = run.resume(agent, self.learner, self.spaces)
         self.scalers = None
         if algo.reward_scaling:
-            actors = cfg.runtime.num_actors
+            actors = runtime.num_actors
             self.scalers = [RewardScaler(num_envs, algo.gamma, device) for _ in range(actors)]
         # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
         # processes use one thread, and so does every learner process under torchrun.
         names = ("learner step", "acting step") if local else ("learner step",)
         tuners, self.choice = speed(
-            cfg, accel, device, updates, *(() if world.distributed else names)
+            self.plan, accel, device, updates, *(() if world.distributed else names)
         )
         self.tracker, self.dropped = EpisodeTracker(window=100), Count()
         scalers = None if self.scalers is None else Scalers(self.scalers, world.rank)
@@ -193,18 +194,19 @@ class ImpalaTrainer(OnlineTrainer):
 
     def _start_pool(self, run: Run, num_envs: int) -> ActorPool:
         """The actor pool, acting with the learner's weights (the same on every learner)."""
-        cfg, world, update = run.cfg, run.world, self.state.update
+        world, update = run.world, self.state.update
+        seed = self.plan.run.seed
         # Learner processes: the same weights everywhere, other actors (seeds) on each.
         distributed.broadcast_module_(self.agent)
         # actor_seed: actor i resets with seed + i * N
-        self.seed_offset = world.rank * cfg.runtime.num_actors * num_envs
+        self.seed_offset = world.rank * self.plan.runtime.num_actors * num_envs
         if world.rank:
-            seed_everything(cfg.seed + update + 1_000_003 * world.rank)
+            seed_everything(seed + update + 1_000_003 * world.rank)
         pool = build_pool(
-            cfg,
+            self.plan,
             self.agent,
             self.envs,
-            seed=cfg.seed + update + self.seed_offset,
+            seed=seed + update + self.seed_offset,
             device=run.device,
             on_info=self.tracker.update,
         )
@@ -285,7 +287,7 @@ class ImpalaTrainer(OnlineTrainer):
         """The actors act with the restored weights; in-process envs start afresh."""
         self.pool.publish(self.agent.state_dict(), self.state.update)
         if self.local:
-            self.pool.restart_envs(self.run.cfg.seed + self.state.update + self.seed_offset)
+            self.pool.restart_envs(self.plan.run.seed + self.state.update + self.seed_offset)
             for scaler in self.scalers or ():
                 scaler.returns.zero_()
 
@@ -295,8 +297,8 @@ class ImpalaTrainer(OnlineTrainer):
 
     def checkpoint(self, done: bool, stopping: bool) -> None:
         """Every ``checkpoint_every`` updates, at the end and when stopping (all ranks)."""
-        cfg, state = self.run.cfg, self.state
-        if not (stopping or done or state.update % cfg.checkpoint_every == 0):
+        settings, state = self.plan.run, self.state
+        if not (stopping or done or state.update % settings.checkpoint_every == 0):
             return
         self.run.save_payload(self.progress, self.payload())
         if self.local:
@@ -305,7 +307,7 @@ class ImpalaTrainer(OnlineTrainer):
             # run asynchronously (no resume repeats them exactly), so there episodes go on:
             # cutting them every checkpoint_every updates of one rollout would cap long
             # episodes (CartPole's 500 steps).
-            self.pool.restart_envs(cfg.seed + state.update + self.seed_offset)
+            self.pool.restart_envs(settings.seed + state.update + self.seed_offset)
             for scaler in self.scalers or ():  # running returns belong to the cut episodes
                 scaler.returns.zero_()
 

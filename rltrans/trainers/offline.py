@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from rltrans.accel import Accel
 from rltrans.buffers.trajectory import TrajectoryBuffer
@@ -42,8 +41,9 @@ from rltrans.envs.offline import (
     normalized_by_target,
 )
 from rltrans.learners import Learner
+from rltrans.learners.settings import OfflineConfig
 from rltrans.registry import agent_entry, build_agent
-from rltrans.run import Run
+from rltrans.run.context import Run
 from rltrans.runtime.episodes import MaxStepsError
 from rltrans.runtime.evaluation import TargetResult, evaluate_targets
 from rltrans.spaces import check_same_spaces
@@ -104,40 +104,36 @@ class SamplerState:
         self.rng.bit_generator.state = json.loads(state)
 
 
-def window_length(cfg: DictConfig) -> int:
+def window_length(plan: RunPlan) -> int:
     """K: algo.context, else the agent's own context (DT) or history (BC)."""
-    if not agent_entry(cfg.agent).return_conditioned:
+    agent = plan.config.agent
+    if not agent_entry(agent).return_conditioned:
         raise ConfigError(
             f"algo=offline trains return-conditioned agents (agent=dt or agent=bc); "
-            f"agent.kind={cfg.agent.get('kind')!r} is not one"
+            f"agent.kind={agent.get('kind')!r} is not one"
         )
-    k = cfg.algo.context or cfg.agent.get("context") or cfg.agent.get("history")
+    k = plan.algo.context or agent.get("context") or agent.get("history")
     if not k or k < 1:
         raise ConfigError(f"window length K={k!r}; set algo.context to a positive integer")
     return int(k)
 
 
-def eval_targets(cfg: DictConfig, returns: np.ndarray) -> list[float]:
+def eval_targets(algo: OfflineConfig, returns: np.ndarray) -> list[float]:
     """algo.eval_targets as floats, or targets derived from the dataset's returns."""
-    given = cfg.algo.eval_targets
+    given = algo.eval_targets
     if given is None:
-        return derive_targets(returns, cfg.algo.eval_num_targets)
-    values = list(given) if OmegaConf.is_list(given) else [given]
-    try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"algo.eval_targets={given!r}; valid: null, a number, or a list like [100, 500]"
-        ) from None
+        return derive_targets(returns, algo.eval_num_targets)
+    return [float(v) for v in (given if isinstance(given, tuple | list) else [given])]
 
 
 def eval_env_config(
-    cfg: DictConfig, dataset: OfflineDataset, num_envs: int, required: bool
+    plan: RunPlan, dataset: OfflineDataset, num_envs: int, required: bool
 ) -> dict[str, Any] | None:
     """env=dataset -> the dataset's own evaluation env as a kind: gym config; others as given.
 
     None when the dataset records no env and no evaluation is asked for.
     """
+    cfg = plan.config
     if cfg.env.kind != "dataset":
         return {**to_container(cfg.env), "num_envs": num_envs}
     if dataset.env_spec is None:
@@ -155,7 +151,7 @@ def eval_env_config(
     # it is imported, exactly as a checkpoint's env is.
     source = f"the environment spec of dataset {dataset.name!r} (its metadata)"
     checked = checked_file_config({**to_container(cfg), "env": env_cfg}, source)
-    refuse_env_code(env_cfg, source, bool(cfg.get("trust_env_code", False)))
+    refuse_env_code(env_cfg, source, plan.run.trust_env_code)
     return to_container(checked.env)
 
 
@@ -169,25 +165,27 @@ def check_dataset_wrappers(dataset: OfflineDataset) -> None:
         raise ConfigError(f"dataset {dataset.name!r} (its metadata): {problems[0]}")
 
 
-def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
-    """The dataset cfg.dataset names, and its description for checkpoints and the summary."""
-    if cfg.dataset is None:
+def load(plan: RunPlan) -> tuple[OfflineDataset, dict[str, Any]]:
+    """The dataset ``dataset=`` names, and its description for checkpoints and the summary."""
+    run, algo = plan.run, plan.algo
+    name = run.dataset
+    if name is None:
         raise ConfigError(
             "algo=offline (agent=dt|bc) needs dataset=<Minari id namespace/name-vN or d4rl-atari "
             "id such as pong-mixed-v0>; write one with python -m rltrans.collect"
         )
-    kind = cfg.dataset_kind
+    kind = run.dataset_kind
     if kind not in DATASET_KINDS:
         raise ConfigError(f"dataset_kind={kind!r}; valid: {', '.join(DATASET_KINDS)}")
     if kind == "auto":
-        kind = detect_dataset_kind(str(cfg.dataset))
+        kind = detect_dataset_kind(name)
     try:
         dataset = load_dataset(
-            str(cfg.dataset),
+            name,
             kind,
-            download=cfg.algo.download,
-            dqn_replay=to_container(cfg.algo.dqn_replay),
-            progress=cfg.progress,
+            download=algo.download,
+            dqn_replay=dict(algo.dqn_replay),
+            progress=run.progress,
         )
         reference = dataset.reference_scores()  # D4RL's returns, when the metadata has them
     except FileNotFoundError as err:
@@ -195,18 +193,18 @@ def load(cfg: DictConfig) -> tuple[OfflineDataset, dict[str, Any]]:
     except ConfigError:
         raise
     except DatasetError as err:  # a value or size no reader may use: the message names it
-        raise ConfigError(f"dataset {str(cfg.dataset)!r}: {err}") from None
+        raise ConfigError(f"dataset {name!r}: {err}") from None
     except Exception as err:  # bad bytes of any kind in the user's files
         # A dataset is read from files like a checkpoint: whatever its readers (json, h5py,
         # gzip, NumPy) raise on malformed or hostile bytes is one error line naming it.
         first = first_line(err)
         raise ConfigError(
-            f"dataset {str(cfg.dataset)!r} cannot be read ({type(err).__name__}: {first})"
+            f"dataset {name!r} cannot be read ({type(err).__name__}: {first})"
         ) from None
     check_dataset_wrappers(dataset)
     returns = dataset.returns()
     info = {
-        "id": str(cfg.dataset),
+        "id": name,
         "kind": kind,
         "episodes": len(dataset),
         "steps": int(dataset.num_steps),
@@ -235,33 +233,33 @@ class OfflineTrainer(Trainer):
 
     def name(self) -> str:
         """<dataset>-<agent kind>."""
-        cfg = self.plan.config
-        window_length(cfg)  # an agent that is not return-conditioned: refused before a folder
-        return f"{str(cfg.dataset).replace('/', '_')}-{cfg.agent.kind}"
+        window_length(self.plan)  # an agent that is not return-conditioned: refused here
+        return f"{str(self.plan.run.dataset).replace('/', '_')}-{self.plan.config.agent.kind}"
 
     def build(self, run: Run) -> None:
         """Dataset windows, evaluation env, agent, learner and the resumed state."""
-        cfg, device, algo = run.cfg, run.device, self.plan.algo
+        plan, device, algo = self.plan, run.device, self.plan.algo
+        cfg, settings = plan.config, plan.run
         with run.building("dataset"):
-            dataset, self.data_info = load(cfg)  # on resume: the saved config's dataset
+            dataset, self.data_info = load(plan)  # on resume: the saved config's dataset
             # Data -> K-step windows; statistics computed once, kept in model and checkpoint.
             self.buffer = TrajectoryBuffer(
                 dataset,
-                window_length(cfg),
+                window_length(plan),
                 return_scale=algo.return_scale,
                 max_timestep=cfg.agent.get("max_timestep"),
                 top_fraction=algo.top_fraction,
-                seed=cfg.seed,
+                seed=settings.seed,
             )
         self.spaces = (self.buffer.observation_space, self.buffer.action_space)
-        self.targets = eval_targets(cfg, dataset.returns())
+        self.targets = eval_targets(algo, dataset.returns())
         env_cfg = self._eval_env(run, dataset)
         with run.building("agent"):
             check_resources(cfg, spaces=self.spaces)  # the heads and encoders the spaces size
             stats = self.buffer.stats()
             self.agent = build_agent(to_container(cfg.agent), *self.spaces, stats=stats)
             self.agent.to(device)
-        self.total = train_steps = int(cfg.train_steps)
+        self.total = train_steps = settings.train_steps
         self.accel = accel = Accel()
         optim = algo.optim
         warmup = min(optim.warmup_updates, int(WARMUP_CAP * train_steps))
@@ -274,8 +272,8 @@ class OfflineTrainer(Trainer):
         self.progress = run.resume(self.agent, self.learner, self.spaces)
         # compile: the agent's loss (forward and backward) through torch.compile; auto decides
         # from the first 20 gradient steps (an "update" is one step here).
-        tuners, self.choice = speed(cfg, accel, device, train_steps, "learner step", measure=20)
-        self.sampler = SamplerState(np.random.default_rng(cfg.seed))  # window sampling
+        tuners, self.choice = speed(plan, accel, device, train_steps, "learner step", measure=20)
+        self.sampler = SamplerState(np.random.default_rng(settings.seed))  # window sampling
         self.state = TrainerState(sampler_rng=self.sampler, threads=tuners, compile=self.choice)
         self.state.load_state_dict(run.resumed_payload or {}, source=run.resumed_source)
         self.choice.set_updates_left(train_steps - self.progress)
@@ -286,18 +284,19 @@ class OfflineTrainer(Trainer):
     def _eval_env(self, run: Run, dataset: OfflineDataset) -> dict[str, Any]:
         """The evaluation env's config (what checkpoints record); builds the env itself
         where there is evaluation: ONE vector env, env i plays target i // eval_episodes."""
-        cfg, algo = run.cfg, self.plan.algo
+        algo = self.plan.algo
         num_eval = len(self.targets) * algo.eval_episodes
         with run.building("env"):
             # The config keeps what was asked (env=dataset); checkpoints record the env it
             # resolved to, which rltrans.evaluate and rltrans.collect rebuild.
-            env_cfg = eval_env_config(cfg, dataset, max(num_eval, 1), required=num_eval > 0)
+            env_cfg = eval_env_config(self.plan, dataset, max(num_eval, 1), num_eval > 0)
             if num_eval > 0:
-                seed = cfg.seed + EVAL_SEED_OFFSET
+                seed = self.plan.run.seed + EVAL_SEED_OFFSET
                 self.envs = make_env(env_cfg, seed=seed, device=run.device, training=False)
                 env_spaces = (self.envs.single_observation_space, self.envs.single_action_space)
                 check_same_spaces(
-                    self.spaces, env_spaces, expected_label=f"dataset {cfg.dataset!r} has",
+                    self.spaces, env_spaces,
+                    expected_label=f"dataset {self.plan.run.dataset!r} has",
                     actual_label="the evaluation env has",
                 )  # fmt: skip
         return env_cfg
@@ -368,7 +367,7 @@ class OfflineTrainer(Trainer):
             try:
                 self.results = evaluate_targets(
                     self.agent, self.envs, self.targets, algo.eval_episodes,
-                    seed=self.run.cfg.seed + EVAL_SEED_OFFSET, device=self.run.device,
+                    seed=self.plan.run.seed + EVAL_SEED_OFFSET, device=self.run.device,
                     deterministic=algo.eval_deterministic, max_steps=algo.eval_max_steps,
                 )  # fmt: skip
             except MaxStepsError as err:  # an env whose episodes never end (no time limit)

@@ -24,8 +24,8 @@ from rltrans.config import ConfigError
 from rltrans.config.plan import RunPlan
 from rltrans.envs import make_env
 from rltrans.learners import PPOLearner
-from rltrans.logging import EpisodeTracker
-from rltrans.run import Run
+from rltrans.run.context import Run
+from rltrans.run.logging import EpisodeTracker
 from rltrans.runtime.actors import LocalActor, RewardScaler
 from rltrans.trainers.common import (
     Callbacks,
@@ -45,9 +45,9 @@ class PPOTrainer(OnlineTrainer):
 
     def build(self, run: Run) -> None:
         """Env, agent, learner, buffer, actor and the resumed state."""
-        cfg, device, algo = run.cfg, run.device, self.plan.algo
+        settings, device, algo = self.plan.run, run.device, self.plan.algo
         with run.building("env"):
-            self.envs = envs = make_env(cfg.env, seed=cfg.seed, device=device)
+            self.envs = envs = make_env(self.plan.config.env, seed=settings.seed, device=device)
         self.build_agent(run, (envs.single_observation_space, envs.single_action_space))
         agent = self.agent
         self.steps_per_update = algo.num_steps * envs.num_envs
@@ -62,7 +62,7 @@ class PPOTrainer(OnlineTrainer):
         # (dropout): threads racing for one generator would make the run irreproducible.
         streams = () if draws_random(agent) else ("learner step",)
         tuners, self.choice = speed(
-            cfg, accel, device, updates, "learner step", "acting step", streams=streams
+            self.plan, accel, device, updates, "learner step", "acting step", streams=streams
         )
         self.tracker = EpisodeTracker(window=100)
         self.state = TrainerState(
@@ -70,11 +70,11 @@ class PPOTrainer(OnlineTrainer):
         )
         self.state.load_state_dict(run.resumed_payload or {}, source=run.resumed_source)
         self.choice.set_updates_left(updates - self.state.update)
-        rollout = device_rollout(cfg.get("rollout", "auto"), envs)
+        rollout = device_rollout(settings.rollout, envs)
         self.actor = LocalActor(
             envs,
             agent,
-            seed=cfg.seed + self.state.update,
+            seed=settings.seed + self.state.update,
             device=device,
             reward_scaler=scaler,
             rollout=rollout,
@@ -122,7 +122,7 @@ class PPOTrainer(OnlineTrainer):
 
     def restored(self, payload: dict[str, Any]) -> None:
         """Every env starts afresh, as after a checkpoint."""
-        self.actor.restart(seed=self.run.cfg.seed + self.state.update)
+        self.actor.restart(seed=self.plan.run.seed + self.state.update)
         self.actor.set_policy_version(self.state.update)
 
     def long_update_due(self) -> bool:
@@ -131,12 +131,12 @@ class PPOTrainer(OnlineTrainer):
 
     def checkpoint(self, done: bool, stopping: bool) -> None:
         """Every ``checkpoint_every`` updates, at the end and when stopping."""
-        cfg, state = self.run.cfg, self.state
-        if stopping or done or state.update % cfg.checkpoint_every == 0:
+        settings, state = self.plan.run, self.state
+        if stopping or done or state.update % settings.checkpoint_every == 0:
             self.run.save_payload(self.progress, self.payload())
             # Every env starts afresh after a checkpoint, as in a run resumed from it, so an
             # interrupted run continues exactly as this one does.
-            self.actor.restart(seed=cfg.seed + state.update)
+            self.actor.restart(seed=settings.seed + state.update)
 
     def close(self, status: str) -> None:
         """Close the training and evaluation envs."""

@@ -44,11 +44,11 @@ from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_resources
 from rltrans.fsutil import StorageError
 from rltrans.learners import NonFiniteLossError
-from rltrans.logging import MetricLogger
-from rltrans.progress import ProgressBar
 from rltrans.registry import algo_agent_options, build_agent
-from rltrans.run import Run
-from rltrans.saved_state import restore_payload
+from rltrans.run.context import Run
+from rltrans.run.logging import MetricLogger
+from rltrans.run.progress import ProgressBar
+from rltrans.run.saved_state import restore_payload
 from rltrans.trainers.common import Callbacks, CompileOverBudget, PeriodicEvaluation, logger_and_bar
 from rltrans.trainers.horizon import report_horizon
 from rltrans.trainers.stop import StopNow, StopSignals
@@ -126,7 +126,7 @@ class Trainer:
         raise NotImplementedError
 
     def payload(self) -> dict[str, Any]:
-        """The checkpoint of the state now (:meth:`rltrans.run.Run.payload`'s dict)."""
+        """The checkpoint of the state now (:meth:`rltrans.run.context.Run.payload`'s dict)."""
         raise NotImplementedError
 
     def restored(self, payload: dict[str, Any]) -> None:
@@ -166,16 +166,14 @@ class Trainer:
 
     def train(self) -> dict[str, Any]:
         """Run the plan to its end, a stop or a non-finite loss; returns the summary."""
-        run = self.run = Run.start(
-            self.plan.config, name=self.name(), multi_process=self.multi_process
-        )
+        run = self.run = Run.start(self.plan, name=self.name(), multi_process=self.multi_process)
         report_horizon(self.plan.horizon_note)  # what agent.horizon fitted
         status, stop, failing = "finished", StopSignals(), True
         self.logger: MetricLogger | None = None
         try:
             self.build(run)
             self.logger, self.bar = logger_and_bar(
-                run.cfg, run, self.progress, self.total, self.unit, main=self.is_main()
+                self.plan.run, run, self.progress, self.total, self.unit, main=self.is_main()
             )
             stop.install()  # SIGINT / SIGTERM: finish the update, checkpoint, stop
             self.callbacks.attach(self.logger, stop)  # rltrans.learn's on_log / on_eval
@@ -283,7 +281,9 @@ class OnlineTrainer(Trainer):
             options = algo_agent_options(agent_cfg, to_container(cfg.algo))  # e.g. recon. loss
             self.agent = build_agent(agent_cfg, *spaces, **options).to(run.device)
         with run.building("env"):  # algo.eval_every (0: none); under torchrun rank 0's
-            self.evaluation = PeriodicEvaluation(cfg, self.agent, run.device, main=self.is_main())
+            self.evaluation = PeriodicEvaluation(
+                self.plan, self.agent, run.device, main=self.is_main()
+            )
 
     def build_learner(self, learner: type, updates: int, accel: Accel) -> None:
         """``learner`` (PPOLearner, ImpalaLearner) over ``updates`` updates, taking the plan's

@@ -15,11 +15,11 @@ from rltrans.accel.compile import AheadOfTime, _load, _package_path
 from rltrans.accel.threads import ThreadTuner
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.checkpoint import load_checkpoint
 from rltrans.config import load_config
 from rltrans.envs import make_env
 from rltrans.learners import PPOConfig, PPOLearner
 from rltrans.registry import build_agent
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
 from rltrans.trainers.common import CHUNK_COMPILE_SECONDS, unrolled_chunks

@@ -9,8 +9,8 @@ import torch
 from rltrans import load_policy
 from rltrans.accel import threads
 from rltrans.accel.threads import Plan, ThreadTuner, candidates
-from rltrans.checkpoint import load_checkpoint
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.runtime.pool import pool_arguments
 from rltrans.train import main as train_main
 

@@ -26,13 +26,13 @@ from rltrans.agents.reconstruction import (
     build_decoder,
 )
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.checkpoint import load_checkpoint
 from rltrans.config import ConfigError, load_config
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.evaluate import main as evaluate_main
 from rltrans.plot import read_curve
 from rltrans.policy import agent_from_checkpoint
 from rltrans.registry import RegistryError, algo_agent_options
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
 from tests.helpers.cli import TINY_PPO, summary_line

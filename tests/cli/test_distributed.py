@@ -15,9 +15,9 @@ import torch
 import torch.multiprocessing as mp
 
 from rltrans import distributed
-from rltrans.checkpoint import load_checkpoint
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.learners import ImpalaLearner
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.runtime.pool import LocalPool
 from rltrans.train import main as train_main
 from tests.helpers.cli import summary_line

@@ -14,9 +14,9 @@ from PIL import Image
 
 from rltrans.accel import threads
 from rltrans.accel.threads import ThreadTuner
-from rltrans.checkpoint import load_checkpoint
 from rltrans.config import load_config
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.train import main as train_main
 from tests.helpers.cli import TINY_PPO, summary_line
 from tests.runtime import renderable

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from rltrans import fsutil
-from rltrans.checkpoint import load_checkpoint
 from rltrans.collect import main as collect_main
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.train import main as train_main
 from tests.helpers.cli import TINY_PPO
 

@@ -4,7 +4,7 @@ counters, the episode window and the RNG states of PPO, IMPALA and offline (DT) 
 
 Each example edits one or two saved values (a tensor filled with NaN, inf or negatives,
 reshaped or retyped; a value replaced by a hostile one; a key deleted) and resumes the run for
-one more update, so a value that loads is also used. Where :data:`rltrans.saved_state.FIELDS`
+one more update, so a value that loads is also used. Where :data:`rltrans.run.saved_state.FIELDS`
 refuses the edited state, the resume must be refused with exactly that one ``error:`` line
 naming the checkpoint, before anything is written. Where it accepts it, the resume trains
 (exit 0), stops with the run's own non-finite-loss message (exit 1: a finite hyperparameter
@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rltrans.collect import main as collect_main
-from rltrans.saved_state import FIELDS, saved_state_problem
+from rltrans.run.saved_state import FIELDS, saved_state_problem
 from rltrans.train import main as train_main
 from tests.helpers.cli import TINY_PPO
 from tests.helpers.hostile import FUZZ, PEAK_GROWTH_MB, peak_mb, snapshot, time_limit

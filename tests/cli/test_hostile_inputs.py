@@ -17,9 +17,9 @@ import yaml
 
 import tests.cli.test_trust as trust_tests
 from rltrans import load_policy
-from rltrans.checkpoint import CheckpointError
 from rltrans.collect import main as collect_main
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import CheckpointError
 from rltrans.train import main as train_main
 
 MARKER = trust_tests.MARKER

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rltrans.checkpoint import load_checkpoint
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.train import main as train_main
 from tests.cli.test_resume import ROOT, scalars, wait_for_a_new_second
 from tests.helpers.cli import summary_line

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from rltrans import envs, load_policy
-from rltrans.checkpoint import load_checkpoint
 from rltrans.collect import main as collect_main
 from rltrans.evaluate import main as evaluate_main
 from rltrans.policy import Policy
-from rltrans.run import payload_spaces
+from rltrans.run.checkpoint import load_checkpoint
+from rltrans.run.context import payload_spaces
 from rltrans.runtime.evaluation import evaluate_targets
 from rltrans.train import main as train_main
 from rltrans.trainers import offline as offline_trainer

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rltrans.checkpoint import load_checkpoint
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.train import main as train_main
 from rltrans.trainers.common import EVAL_SEED_OFFSET
 from tests.cli.test_resume import assert_same_run, deterministic, scalars, wait_for_a_new_second

@@ -10,8 +10,8 @@ import math
 import shutil
 from pathlib import Path
 
-from rltrans.checkpoint import load_checkpoint
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.train import main as train_main
 from tests.helpers.cli import summary_line
 

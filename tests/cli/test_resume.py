@@ -17,9 +17,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rltrans.checkpoint import load_checkpoint
 from rltrans.collect import main as collect_main
-from rltrans.run import Run
+from rltrans.run.checkpoint import load_checkpoint
+from rltrans.run.context import Run
 from rltrans.train import main as train_main
 from rltrans.trainers import ppo as ppo_trainer
 from tests.helpers.cli import TINY_PPO, summary_line

@@ -1,4 +1,4 @@
-"""The run context's guarantees (rltrans/run.py), through the command-line entry points:
+"""The run context's guarantees (rltrans/run/context.py), through the command-line entry points:
 run folders (a finished run is never overwritten by accident, one writer at a time, a dead
 writer's lock is taken over, default names never collide), checkpoints whose config names
 code to call are refused without running it (older checkpoints that name rltrans's own
@@ -16,12 +16,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import rltrans.run
+import rltrans.run.context
 from rltrans import load_policy
-from rltrans.checkpoint import CheckpointError, load_checkpoint
 from rltrans.collect import main as collect_main
 from rltrans.evaluate import main as evaluate_main
-from rltrans.run import RunFolderLock, default_run_dir, payload_spaces
+from rltrans.run.checkpoint import CheckpointError, load_checkpoint
+from rltrans.run.context import RunFolderLock, default_run_dir, payload_spaces
 from rltrans.train import main as train_main
 from tests.helpers.cli import TINY_PPO, summary_line
 
@@ -125,7 +125,7 @@ class _FrozenClock(dt.datetime):
 
 
 def test_default_run_folders_started_in_the_same_second_differ(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(rltrans.run, "datetime", _FrozenClock)
+    monkeypatch.setattr(rltrans.run.context, "datetime", _FrozenClock)
     a, b = default_run_dir("tmaze-gtrxl", 1), default_run_dir("tmaze-gtrxl", 1)
     assert a != b
     assert a.parent == b.parent == Path("runs")

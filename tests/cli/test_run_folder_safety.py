@@ -18,21 +18,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from rltrans.checkpoint import (
+from rltrans.config import ConfigError
+from rltrans.config.trust import read_yaml
+from rltrans.evaluate import main as evaluate_main
+from rltrans.fsutil import UnsafePathError
+from rltrans.plot import PlotError, flat_config
+from rltrans.plot import main as plot_main
+from rltrans.run.checkpoint import (
     CheckpointError,
     CheckpointManager,
     load_checkpoint,
     save_checkpoint,
     verify_checkpoint_file,
 )
-from rltrans.config import ConfigError
-from rltrans.config.trust import read_yaml
-from rltrans.evaluate import main as evaluate_main
-from rltrans.fsutil import UnsafePathError
-from rltrans.logging import MetricLogger
-from rltrans.plot import PlotError, flat_config
-from rltrans.plot import main as plot_main
-from rltrans.run_folder import MARKER_FILE
+from rltrans.run.folder import MARKER_FILE
+from rltrans.run.logging import MetricLogger
 from rltrans.train import main as train_main
 from tests.helpers.cli import TINY_PPO, summary_line
 from tests.helpers.hostile import time_limit as no_hang

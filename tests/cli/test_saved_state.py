@@ -18,7 +18,7 @@ import torch
 import rltrans.trainers.ppo
 from rltrans import load_policy
 from rltrans.config import ConfigError
-from rltrans.run import select_device
+from rltrans.run.context import select_device
 from rltrans.train import main as train_main
 from tests.cli.test_trust import copy_run, edit_checkpoint, error_text
 from tests.helpers.cli import TINY_PPO

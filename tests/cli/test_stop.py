@@ -19,8 +19,8 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from rltrans.checkpoint import load_checkpoint
 from rltrans.collect import main as collect_main
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.train import main as train_main
 from rltrans.trainers.skeleton import COPY_SHARE, LONG_UPDATE_S, copy_due
 from rltrans.trainers.stop import StopSignals

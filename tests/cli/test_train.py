@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from rltrans import load_policy
-from rltrans.checkpoint import load_checkpoint
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import load_checkpoint
 from rltrans.train import main as train_main
 from tests.helpers.cli import TINY_PPO, summary_line
 

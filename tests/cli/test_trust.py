@@ -19,10 +19,10 @@ import torch
 import yaml
 
 from rltrans import load_policy
-from rltrans.checkpoint import CheckpointError
 from rltrans.collect import main as collect_main
 from rltrans.config import ConfigError, load_config
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import CheckpointError
 from rltrans.train import main as train_main
 from tests.helpers.cli import TINY_PPO, summary_line
 
@@ -451,7 +451,7 @@ def test_run_dir_naming_a_file_or_an_uncreatable_folder_is_one_error(tmp_path, c
 
 def test_a_process_that_loses_the_lock_removes_nothing(tmp_path, capsys, monkeypatch):
     """The race: this process creates the folder, another takes the lock before it does."""
-    from rltrans import run as run_module
+    from rltrans.run import context as run_module
 
     folder = tmp_path / "run"
     real_acquire = run_module.RunFolderLock.acquire

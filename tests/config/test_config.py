@@ -187,13 +187,14 @@ CONFIG_MODULES = [
     "files",
     "spec",
     "resources",
+    "run_settings",
     "keys",
     "schema",
     "applies",
     "compose",
     "trust",
-    "resume",
     "plan",
+    "settings_files",
 ]
 
 

@@ -18,11 +18,11 @@ import gymnasium as gym
 import pytest
 
 from rltrans import load_policy
-from rltrans.checkpoint import CheckpointError
 from rltrans.collect import main as collect_main
 from rltrans.config import load_config, to_container
 from rltrans.config.resources import MAX_ACTORS, MAX_THREADS, estimate, resource_problems
 from rltrans.evaluate import main as evaluate_main
+from rltrans.run.checkpoint import CheckpointError
 from rltrans.spaces import serialize_space
 from rltrans.train import main as train_main
 from tests.cli import test_trust as trust

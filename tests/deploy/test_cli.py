@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from rltrans import __version__
 from rltrans.config import config_specs, default_config, load_config
 from rltrans.deploy.write import acting_program
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.export import main
 from rltrans.policy import load_policy
 from rltrans.spaces import deserialize_space
+from rltrans.version import __version__
 from tests.deploy.helpers import side_by_side, torch_runner, train_tiny
 
 

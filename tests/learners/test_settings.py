@@ -9,6 +9,7 @@ import pytest
 
 import rltrans
 from rltrans.config import ConfigError, load_config, to_container
+from rltrans.config.run_settings import RUNTIMES
 from rltrans.learners.settings import (
     ImpalaConfig,
     OfflineConfig,
@@ -80,3 +81,53 @@ def test_the_plan_carries_the_typed_section_of_its_config():
     assert (plan.algo.rho_bar, plan.algo.eval_episodes) == (0.5, 3)
     with pytest.raises(ConfigError, match="algo.kind"):
         rltrans.plan(**{"algo.kind": "dqn"})
+
+
+FILES = ["algo/ppo", "algo/impala", "algo/offline", "train", *(f"runtime/{k}" for k in RUNTIMES)]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_config_files_are_made_from_the_settings(name):
+    """Each knob is defined once, in its field: the shipped YAML file is that field's default
+    and help (rewrite with ``python -m rltrans.config.settings_files`` after changing one)."""
+    from rltrans.config.files import config_root
+    from rltrans.config.settings_files import FILES as MADE
+    from rltrans.config.settings_files import render
+
+    assert set(MADE) == set(FILES)
+    shipped = (config_root() / f"{name}.yaml").read_text()
+    assert shipped == render(name), f"configs/{name}.yaml differs from its settings"
+
+
+@pytest.mark.parametrize("value", [3e-4, 1.25e-4, 1e-8, 2e6, 0.99, 1.0, 0.0, 100000])
+def test_a_generated_default_reads_back_as_the_same_number(value):
+    """YAML 1.1 reads 3e-4 as a string: the writer puts in the dot and the exponent's sign."""
+    from omegaconf import OmegaConf
+
+    from rltrans.config.settings_files import yaml_value
+
+    assert OmegaConf.create(f"x: {yaml_value(value)}").x == value
+
+
+def test_a_fields_range_is_its_config_check():
+    """The range stated in a field is what the command line refuses, in the usual words."""
+    with pytest.raises(ConfigError, match=r"algo\.clip_coef=0: expected null or a number > 0"):
+        load_config(["algo.clip_coef=0"])
+    with pytest.raises(ConfigError, match=r"algo\.top_fraction=1\.5: expected a number in"):
+        load_config(["agent=dt", "algo.top_fraction=1.5"])
+
+
+def test_two_kinds_sharing_a_key_must_accept_the_same_values():
+    from rltrans.config.keys import settings_specs
+    from rltrans.learners.settings import knob
+
+    @dataclasses.dataclass(frozen=True)
+    class Wide:
+        lr: float = knob(1e-3, "learning rate", low=0.0, open_low=True)
+
+    @dataclasses.dataclass(frozen=True)
+    class Narrow:
+        lr: float = knob(1e-3, "learning rate", low=0.0, high=1.0, open_low=True)
+
+    with pytest.raises(TypeError, match=r"algo\.lr: Narrow accepts a number in"):
+        settings_specs("algo", [Wide, Narrow])

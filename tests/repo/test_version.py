@@ -1,6 +1,6 @@
-"""One version, from one place: ``rltrans.__version__``. The packaging metadata reads it, every
-command prints it with ``--version``, checkpoints record it and CHANGELOG.md's newest release
-names it."""
+"""One version, from one place: ``rltrans.version.__version__`` (``rltrans.__version__``).
+The packaging metadata reads it, every command prints it with ``--version``, checkpoints record
+it and CHANGELOG.md's newest release names it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_every_command_prints_the_package_version(main, capsys):
 
 def test_the_packaging_metadata_reads_the_one_version():
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'dynamic = ["version"]' in text and 'attr = "rltrans.__version__"' in text
+    assert 'dynamic = ["version"]' in text and 'attr = "rltrans.version.__version__"' in text
     assert not re.search(r"^version\s*=\s*\"", text, re.M), "a second version in pyproject.toml"
     installed = importlib.metadata.version("rltrans")
     assert installed == rltrans.__version__, "reinstall with pip install -e ."

@@ -16,7 +16,7 @@ from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import ConfigError
 from rltrans.envs.gym_vec import make_vector_env
 from rltrans.envs.torch_envs import make_torch_env
-from rltrans.logging import EpisodeTracker
+from rltrans.run.logging import EpisodeTracker
 from rltrans.runtime.actors import LocalActor, RewardScaler
 from rltrans.trainers.ppo import device_rollout
 from rltrans.types import tree_map

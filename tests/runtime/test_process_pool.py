@@ -18,9 +18,9 @@ import torch
 
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.envs import make_env
-from rltrans.logging import EpisodeTracker
 from rltrans.registry import build_agent
-from rltrans.run import seed_everything
+from rltrans.run.context import seed_everything
+from rltrans.run.logging import EpisodeTracker
 from rltrans.runtime.actors import LocalActor
 from rltrans.runtime.process import ProcessPool
 from rltrans.types import tree_leaves

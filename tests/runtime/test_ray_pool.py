@@ -19,12 +19,13 @@ ray = pytest.importorskip(
     "ray", reason='runtime=ray needs Ray: pip install -e ".[ray]" (or "rltrans[ray]")'
 )
 
+import rltrans  # noqa: E402
 from rltrans.buffers.rollout import RolloutBuffer  # noqa: E402
-from rltrans.config import ConfigError, load_config  # noqa: E402
+from rltrans.config import ConfigError  # noqa: E402
 from rltrans.envs import make_env  # noqa: E402
-from rltrans.logging import EpisodeTracker  # noqa: E402
 from rltrans.registry import build_agent  # noqa: E402
-from rltrans.run import seed_everything  # noqa: E402
+from rltrans.run.context import seed_everything  # noqa: E402
+from rltrans.run.logging import EpisodeTracker  # noqa: E402
 from rltrans.runtime import ray_pool  # noqa: E402
 from rltrans.runtime.actors import LocalActor  # noqa: E402
 from rltrans.runtime.pool import actor_seed  # noqa: E402
@@ -94,9 +95,9 @@ def test_importing_needs_no_ray_and_a_missing_ray_says_how_to_install(monkeypatc
         ray_pool.import_ray()
     from rltrans.trainers.impala import build_pool
 
-    cfg = load_config(["algo=impala", "runtime=ray", "env=gym", "env.id=CartPole-v1"])
+    plan = rltrans.plan("algo=impala", "runtime=ray", "env=gym", "env.id=CartPole-v1")
     with pytest.raises(ConfigError, match=r"runtime=ray needs Ray.*\.\[ray\]"):
-        build_pool(cfg, None, [], seed=0, device=torch.device("cpu"), on_info=print)
+        build_pool(plan, None, [], seed=0, device=torch.device("cpu"), on_info=print)
 
 
 @pytest.mark.timeout(120)

@@ -5,7 +5,7 @@ import yaml
 
 from rltrans import evaluate, train
 from rltrans.config import load_config
-from rltrans.config.resume import override_keys
+from rltrans.run.resume import override_keys
 from rltrans.trainers import horizon
 from rltrans.trainers.horizon import fit_horizon, observed_length, spanning_segment
 from tests.helpers.user_envs import EPISODES_ID

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from rltrans.checkpoint import (
+from rltrans.run.checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
     CheckpointManager,
@@ -24,7 +24,7 @@ from rltrans.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from rltrans.rng import restore_rng_state, rng_state
+from rltrans.run.rng import restore_rng_state, rng_state
 from rltrans.spaces import (
     SpaceMismatchError,
     check_same_spaces,

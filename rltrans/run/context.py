@@ -5,12 +5,12 @@ A run folder has one writer at a time (an OS file lock, released by the OS when 
 dies, so a crashed run's folder is simply taken over). A fresh run refuses a folder that
 already holds checkpoints unless ``resume=true`` (continue it) or ``overwrite=true`` (start
 over). The config a resumed run continues with is settled before the run starts
-(:mod:`rltrans.config.resume`, from :func:`rltrans.api.resolve`). Which folders a run may
-take, and how it writes in them (never through a link): :mod:`rltrans.run_folder`.
+(:mod:`rltrans.run.resume`, from :func:`rltrans.api.resolve`). Which folders a run may
+take, and how it writes in them (never through a link): :mod:`rltrans.run.folder`.
 
 Example (inside a trainer)::
 
-    run = Run.start(plan.config, name="tmaze-gtrxl")  # a settled config (rltrans.api)
+    run = Run.start(plan, name="tmaze-gtrxl")  # a plan's settled config (rltrans.api)
     ...build envs, agent, learner...
     step = run.resume(agent, learner)            # 0 on a fresh run
     run.save(step, agent, learner, spaces, extra={"update": update})
@@ -36,22 +36,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrans import distributed
 from rltrans.accel import threads as accel_threads
-from rltrans.checkpoint import (
-    CheckpointError,
-    CheckpointManager,
-    check_finite_weights,
-    load_checkpoint,
-)
 from rltrans.config import (
     ConfigError,
     to_container,
 )
 from rltrans.config.errors import first_line
+from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_threads
+from rltrans.config.run_settings import RunSettings
 from rltrans.distributed import World
 from rltrans.fsutil import StorageError
-from rltrans.rng import rng_state
-from rltrans.run_folder import (
+from rltrans.run.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    check_finite_weights,
+    load_checkpoint,
+)
+from rltrans.run.folder import (
     CONFIG_FILE,
     LOCK_FILE,
     RUN_ENTRIES,
@@ -68,7 +69,8 @@ from rltrans.run_folder import (
     remove_for_overwrite,
     save_config,
 )
-from rltrans.saved_state import check_saved_state, restore_payload
+from rltrans.run.rng import rng_state
+from rltrans.run.saved_state import check_saved_state, restore_payload
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
 
 MAX_SPACE_SIZE = 2**26  # flattened dimensions of a checkpoint's space (an 8K RGB frame: 2^25)
@@ -99,9 +101,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _learner_device(cfg: DictConfig, world: World) -> torch.device:
-    """``cfg.device``; under torchrun a bare ``cuda`` means this process's own GPU."""
-    device = select_device(cfg.device)
+def _learner_device(settings: RunSettings, world: World) -> torch.device:
+    """``device``; under torchrun a bare ``cuda`` means this process's own GPU."""
+    device = select_device(settings.device)
     if world.distributed and device.type == "cuda" and device.index is None:
         device = torch.device("cuda", world.local_rank)
     return device
@@ -179,7 +181,8 @@ class Run:
     """A run folder owned by this process: config, checkpoints, logging destination.
 
     Use :meth:`start`; ``cfg`` is then the config the run actually uses (for a resumed run,
-    the saved one with the allowed changes), ``device`` the torch device.
+    the saved one with the allowed changes) with its ``run_dir``, ``settings`` its top-level
+    keys typed, ``device`` the torch device.
     """
 
     def __init__(
@@ -194,9 +197,10 @@ class Run:
         """``dir_fd``: a descriptor of ``run_dir`` (owned by the run, closed by :meth:`close`)
         that every write goes through."""
         self.cfg, self.dir, self._lock, self._created = cfg, run_dir, lock, created
+        self.settings = RunSettings.from_config(cfg)
         self.world = world or World()
         self.dir_fd = dir_fd
-        keep = cfg.keep_checkpoints
+        keep = self.settings.keep_checkpoints
         self.checkpoints = CheckpointManager(
             run_dir / "checkpoints", keep_last=keep, parent_fd=dir_fd
         )
@@ -208,13 +212,13 @@ class Run:
     @classmethod
     def start(
         cls,
-        cfg: DictConfig,
+        plan: RunPlan,
         *,
         name: str,
         multi_process: bool = False,
     ) -> Run:
-        """Open (or create) the run folder of a settled config (a run plan's: a resume's
-        merge is already made), take its lock, set up device, threads and seeds. Raises
+        """Open (or create) the run folder of a plan (its config settled: a resume's merge is
+        already made), take its lock, set up device, threads and seeds. Raises
         ConfigError for a folder in use or a fresh run into a folder with checkpoints.
 
         Under ``torchrun`` (``multi_process`` trainers only) every rank joins the process group
@@ -225,13 +229,15 @@ class Run:
                 f"started by torchrun with WORLD_SIZE={world.size}, but only algo=impala trains "
                 f"with several learner processes; run this one with python -m rltrans.train"
             )
-        cfg = copy.deepcopy(cfg)  # the run's own (a plan's is read-only): it records run_dir
+        settings = plan.run
+        cfg = copy.deepcopy(plan.config)  # the run's own (a plan's is read-only): its run_dir
         OmegaConf.set_readonly(cfg, False)
-        device = _learner_device(cfg, world)
+        device = _learner_device(settings, world)
         distributed.init(world, device)
         if not world.is_main:
             return cls._join(cfg, world, device)
-        run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(name, cfg.seed)
+        given = settings.run_dir
+        run_dir = Path(given) if given is not None else default_run_dir(name, settings.seed)
         lock, created, fd = None, False, None
         new_parents = missing_parents(run_dir)  # what a failed start removes again
         try:
@@ -255,8 +261,8 @@ class Run:
             raise
         try:
             check_entries(run_dir, fd)
-            if not cfg.resume:
-                cls._fresh_folder(cfg, run_dir, fd)
+            if not settings.resume:
+                cls._fresh_folder(settings, run_dir, fd)
             cfg.run_dir = str(run_dir)
             run = cls(cfg, run_dir, lock, created, world, dir_fd=fd)
             run.device = device
@@ -291,11 +297,11 @@ class Run:
         return run
 
     @staticmethod
-    def _fresh_folder(cfg: DictConfig, run_dir: Path, dir_fd: int) -> None:
+    def _fresh_folder(settings: RunSettings, run_dir: Path, dir_fd: int) -> None:
         """A fresh run's folder: refused where it holds another run's checkpoints, emptied
         first with ``overwrite=true``."""
         if CheckpointManager(run_dir / "checkpoints").latest() is not None:
-            if not cfg.get("overwrite", False):
+            if not settings.overwrite:
                 raise ConfigError(
                     f"run folder {run_dir} already holds checkpoints of another run; continue "
                     f"it with resume=true, replace it with overwrite=true, or pick a new run_dir"
@@ -399,7 +405,7 @@ class Run:
         """On a resumed run: check the spaces, restore weights, optimizer, schedule and RNG
         states, and return the step reached (the payload stays in ``resumed_payload`` for what
         else a trainer saved). On a fresh run: 0."""
-        if not self.cfg.resume:
+        if not self.settings.resume:
             return 0
         payload = self.checkpoints.load_latest()
         if payload is None:
@@ -417,11 +423,12 @@ class Run:
     def whole_updates(self, steps_per_update: int, made_of: str) -> int:
         """Updates needed for ``total_steps`` env steps, rounded up to whole updates of
         ``steps_per_update`` (``made_of`` names its factors); the rounding is said on stderr."""
-        total = max(1, -(-self.cfg.total_steps // steps_per_update))  # ceil
-        rounded = total * steps_per_update != self.cfg.total_steps
-        if rounded and not self.cfg.resume and self.world.is_main:
+        asked = self.settings.total_steps
+        total = max(1, -(-asked // steps_per_update))  # ceil
+        rounded = total * steps_per_update != asked
+        if rounded and not self.settings.resume and self.world.is_main:
             print(
-                f"total_steps={self.cfg.total_steps} rounded up to {total * steps_per_update}: "
+                f"total_steps={asked} rounded up to {total * steps_per_update}: "
                 f"whole updates of {made_of} = {steps_per_update} steps",
                 file=sys.stderr,
             )

@@ -15,7 +15,7 @@ entries of their own: a mapping's allowed and required keys, a list's length.
 >>> check_saved_state({"update": -1, "global_step": 0}, "checkpoint x.pt")
 Traceback (most recent call last):
 ...
-rltrans.checkpoint.CheckpointError: checkpoint x.pt: update=-1: expected an integer in [0, 2^53)
+rltrans.run.checkpoint.CheckpointError: checkpoint x.pt: update=-1: expected an integer in [0, 2^53)
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltrans.checkpoint import CheckpointError
 from rltrans.config.errors import first_line
 from rltrans.config.resources import MAX_ACTORS, MAX_THREADS
 from rltrans.config.spec import Spec, choice, integer, number
-from rltrans.rng import restore_rng_state
+from rltrans.run.checkpoint import CheckpointError
+from rltrans.run.rng import restore_rng_state
 
 # Counters stay below 2^53: float64 (logs, rates) holds every integer up to it exactly.
 MAX_COUNT = 2**53
@@ -238,7 +238,7 @@ GROUP = "learner.optimizer.param_groups.*"
 MOMENTS = "learner.optimizer.state.*"
 
 FIELDS: dict[str, Check] = {
-    # counters (rltrans.run.Run.payload, rltrans.trainers.common.TrainerState, IMPALA's Count)
+    # counters (rltrans.run.context.Run.payload, trainers.common.TrainerState, IMPALA's Count)
     "global_step": COUNT,
     "update": COUNT,
     "dropped": COUNT,
@@ -248,7 +248,7 @@ FIELDS: dict[str, Check] = {
     "threads.*.chosen": THREADS,
     "threads.*.streams": THREADS,
     "compile": value(choice(("compiled", "eager"), null=True)),
-    # the episode window (rltrans.logging.EpisodeTracker checks its values itself)
+    # the episode window (rltrans.run.logging.EpisodeTracker checks its values itself)
     "episodes": mapping(
         ("returns", "lengths", "successes", "episodes_seen"),
         required=("returns", "lengths", "successes", "episodes_seen"),
@@ -318,7 +318,7 @@ FIELDS: dict[str, Check] = {
     "learner.scaler.backoff_factor": value(number(0.0, 1.0, open_low=True, open_high=True)),
     "learner.scaler.growth_interval": value(integer(1, 2**31 - 1)),
     "learner.scaler._growth_tracker": value(integer(0, 2**31 - 1)),
-    # the global generators (rltrans.rng) and the offline window sampler's
+    # the global generators (rltrans.run.rng) and the offline window sampler's
     "rng": mapping(("python", "numpy", "torch", "cuda")),
     "rng.python": mapping(("version", "state", "gauss_next"), ("version", "state", "gauss_next")),
     "rng.python.version": exactly(3, "Python's random writes version 3"),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from rltrans.logging import (
+from rltrans.run.logging import (
     EPISODIC_RETURN,
     LOSSES,
     PERF,
@@ -20,7 +20,7 @@ from rltrans.logging import (
     prefixed,
     print_summary,
 )
-from rltrans.progress import ProgressBar
+from rltrans.run.progress import ProgressBar
 
 
 def _read_events(tb_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], list[str]]:
@@ -215,7 +215,7 @@ def test_resumed_progress_bar_rates_only_this_process(monkeypatch: pytest.Monkey
     monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
     stream = io.StringIO()
     now = [100.0]
-    monkeypatch.setattr("rltrans.progress.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("rltrans.run.progress.time.monotonic", lambda: now[0])
     bar = ProgressBar(1_000_000, "train", every_s=0.0, stream=stream, initial=900_000)
     now[0] = 102.0  # one update, 2 s later
     bar.update(1_000)
@@ -232,7 +232,7 @@ def test_progress_lines_name_their_rate_and_time_the_eta_from_the_first_update(
     the first update's warm-up) does not stretch the ETA once later updates show the rate."""
     monkeypatch.delenv("RLTRANS_NO_PROGRESS", raising=False)
     now = [0.0]
-    monkeypatch.setattr("rltrans.progress.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("rltrans.run.progress.time.monotonic", lambda: now[0])
     stream = io.StringIO()
     bar = ProgressBar(100, "evaluate", "episode", every_s=0.0, stream=stream)
     now[0] = 60.0  # the first 10 episodes end a minute in: 50 s of it was the start

@@ -1,5 +1,5 @@
 """Run logging: TensorBoard scalars under stable names, episode statistics, the summary line
-(the progress line: :mod:`rltrans.progress`).
+(the progress line: :mod:`rltrans.run.progress`).
 
 Metric names follow CleanRL's and are written verbatim:
 `charts/episodic_return`, `losses/policy`, `perf/env_ms`, ...

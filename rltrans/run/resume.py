@@ -16,12 +16,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rltrans.checkpoint import CheckpointManager, load_checkpoint
 from rltrans.config.compose import to_container
 from rltrans.config.errors import ConfigError
 from rltrans.config.trust import checked_file_config, read_run_config, refuse_env_code
-from rltrans.run_folder import CONFIG_FILE, refuse_links
-from rltrans.saved_state import check_saved_state
+from rltrans.run.checkpoint import CheckpointManager, load_checkpoint
+from rltrans.run.folder import CONFIG_FILE, refuse_links
+from rltrans.run.saved_state import check_saved_state
 
 # Keys a resumed run may change; every other key keeps the run's saved value.
 RESUMABLE_KEYS: tuple[str, ...] = (

@@ -6,7 +6,7 @@ is ever unpickled beyond that, so loading a downloaded checkpoint cannot run cod
 
 Example:
     >>> manager = CheckpointManager("runs/x/checkpoints", keep_last=3)
-    >>> manager.save(step, {"model": model.state_dict(), "rng": rng_state()})  # rltrans.rng
+    >>> manager.save(step, {"model": model.state_dict(), "rng": rng_state()})  # rltrans.run.rng
     >>> payload = manager.load_latest()  # None on a fresh run
 """
 
@@ -26,9 +26,10 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from rltrans import __version__, fsutil
+from rltrans import fsutil
 from rltrans.fsutil import StorageError, UnsafePathError
 from rltrans.spaces import SpaceMismatchError
+from rltrans.version import __version__
 
 # Bump when the payload layout changes incompatibly; load refuses newer versions.
 FORMAT_VERSION = 2  # 2: spaces stored once, as exact JSON (format 1 checkpoints still load)
