@@ -10,4 +10,4 @@ MAX_LENGTH = 2**20  # windows, memories, contexts, rollout lengths, episode leng
 MAX_ENVS = 2**20  # parallel envs, batch sizes
 MAX_STEPS = 10**15  # budgets in env or gradient steps (int64 step counters and logs)
 MAX_EPISODES = 10**7  # evaluation episodes
-MAX_SPACE_SIZE = 2**26  # elements of one shape a wrapper is given (an 8K RGB frame: 2^25)
+MAX_SPACE_SIZE = 2**26  # elements of one space: a wrapper's shape, a checkpoint's (8K RGB: 2^25)

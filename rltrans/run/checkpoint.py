@@ -464,6 +464,18 @@ class CheckpointManager:
             return candidate
         return None
 
+    def newest_in_words(self) -> str | None:
+        """The newest complete checkpoint in words: its step file (``= last.pt`` when that is
+        the same file), else :meth:`latest`; None when there is none."""
+        latest = self.latest()
+        if latest is not None and latest == self.last_path:  # a hard link to a step file
+            with contextlib.suppress(OSError):
+                mine = os.stat(latest)
+                for _, path in reversed(self.checkpoints()):
+                    if os.path.samestat(mine, os.stat(path)):
+                        return f"{path} (= last.pt)"
+        return None if latest is None else str(latest)
+
     def load_latest(self, map_location: str | torch.device | None = "cpu") -> dict[str, Any] | None:
         """Load the newest loadable checkpoint (damaged ones skipped with a warning), or None."""
         for candidate in self._candidates():

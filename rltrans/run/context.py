@@ -36,16 +36,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrans import distributed
 from rltrans.accel import threads as accel_threads
-from rltrans.config import (
-    ConfigError,
-    to_container,
-)
+from rltrans.config import ConfigError, to_container
 from rltrans.config.errors import first_line
 from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_threads
 from rltrans.config.run_settings import RunSettings
 from rltrans.distributed import World
 from rltrans.fsutil import StorageError
+from rltrans.limits import MAX_SPACE_SIZE
 from rltrans.run.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -72,8 +70,6 @@ from rltrans.run.folder import (
 from rltrans.run.rng import rng_state
 from rltrans.run.saved_state import check_saved_state, restore_payload
 from rltrans.spaces import check_same_spaces, deserialize_space, serialize_space
-
-MAX_SPACE_SIZE = 2**26  # flattened dimensions of a checkpoint's space (an 8K RGB frame: 2^25)
 
 
 def select_device(name: str) -> torch.device:
@@ -389,7 +385,7 @@ class Run:
         """The one line for a write the file system refused mid-run (a full disk, at a
         checkpoint or an event flush): what failed, the newest complete checkpoint, and how to
         go on once there is space."""
-        newest = _newest(self.checkpoints)
+        newest = self.checkpoints.newest_in_words()
         if newest is None:
             how = "it has no checkpoint yet: free space, then start it again"
         else:
@@ -446,19 +442,6 @@ class Run:
         """Path of the newest complete checkpoint, for the summary line."""
         latest = self.checkpoints.latest()
         return str(latest) if latest else None
-
-
-def _newest(checkpoints: CheckpointManager) -> str | None:
-    """The newest complete checkpoint in words: its step file (``= last.pt`` when that is the
-    same file), else :meth:`CheckpointManager.latest`; None when there is none."""
-    latest = checkpoints.latest()
-    if latest is not None and latest == checkpoints.last_path:  # a hard link to a step file
-        with contextlib.suppress(OSError):
-            mine = os.stat(latest)
-            for _, path in reversed(checkpoints.checkpoints()):
-                if os.path.samestat(mine, os.stat(path)):
-                    return f"{path} (= last.pt)"
-    return None if latest is None else str(latest)
 
 
 def payload_spaces(payload: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
