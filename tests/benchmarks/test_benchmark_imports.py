@@ -1,7 +1,8 @@
 """The benchmark scripts import one another without a circle: what several of them share lives
 in benchmarks/common.py, which imports no other script; the only other edges are a script
-handing its command line to another (memory_suite.py --suite popgym) and speed.py's
-in-process half (speed_inprocess.py, no script of its own)."""
+handing its command line to another (memory_suite.py --suite popgym), speed.py's in-process
+half (speed_inprocess.py) and popgym_suite.py's scores and report (popgym_score.py), the last
+two no scripts of their own."""
 
 from __future__ import annotations
 
@@ -73,7 +74,11 @@ def test_the_shared_module_imports_no_script():
 def test_every_script_that_shares_a_helper_takes_it_from_the_shared_module():
     """No script reaches into another for a helper."""
     others = {(a, b) for a, deps in graph().items() for b in deps if b != SHARED}
-    assert others == {("memory_suite", "popgym_suite"), ("speed", "speed_inprocess")}
+    assert others == {
+        ("memory_suite", "popgym_suite"),
+        ("popgym_suite", "popgym_score"),
+        ("speed", "speed_inprocess"),
+    }
 
 
 @pytest.mark.parametrize(

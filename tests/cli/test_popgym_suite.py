@@ -3,7 +3,6 @@ level summary, both pictures, chance, the twins, and a second call that trains n
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -12,25 +11,26 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.scripts import benchmark_script
+
 pytest.importorskip("popgym")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "memory_suite.py"
 
 
-def load_suite():
-    """benchmarks/popgym_suite.py as a module (its folder on sys.path, as a script has it)."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "popgym_suite", SCRIPT.parent / "popgym_suite.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return module
+@pytest.fixture(scope="module")
+def scoring():
+    """benchmarks/popgym_score.py: the scores, the table and the pictures."""
+    with benchmark_script("popgym_score") as module:
+        yield module
+
+
+@pytest.fixture(scope="module")
+def suite(scoring):
+    """benchmarks/popgym_suite.py, importing the scoring module above: one Result class."""
+    with benchmark_script("popgym_suite") as module:
+        yield module
 
 
 def run_suite(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -105,44 +105,46 @@ def test_the_popgym_suite_names_what_it_refuses(tmp_path):
     assert "--set 'lstm:algo.gamma=0.9': expected [AGENT:]KEY=VALUE" in bad_set.stderr
 
 
-def test_scores_map_each_envs_return_range_onto_zero_to_one():
-    suite = load_suite()
+def test_scores_map_each_envs_return_range_onto_zero_to_one(scoring):
     first = "popgym:popgym-RepeatFirstEasy-v0"
-    assert suite.score(first, -1.0) == 0.0 and suite.score(first, 1.0) == 1.0
-    assert suite.score("popgym:popgym-CountRecallMedium-v0", 0.0) == 0.5
+    assert scoring.score(first, -1.0) == 0.0 and scoring.score(first, 1.0) == 1.0
+    assert scoring.score("popgym:popgym-CountRecallMedium-v0", 0.0) == 0.5
     # the cart-poles pay only for surviving steps: their returns lie in [0, 1]
-    assert suite.score("popgym:popgym-PositionOnlyCartPoleEasy-v0", 0.5) == 0.5
-    assert suite.score("popgym:popgym-VelocityOnlyCartpoleMedium-v0", 1.0) == 1.0
+    assert scoring.score("popgym:popgym-PositionOnlyCartPoleEasy-v0", 0.5) == 0.5
+    assert scoring.score("popgym:popgym-VelocityOnlyCartpoleMedium-v0", 1.0) == 1.0
     # Battleship Easy: 64 shots, 12 hits sink every ship; all misses pay -64 / 52
-    low, high = suite.return_range("popgym:popgym-BattleshipEasy-v0")
+    low, high = scoring.return_range("popgym:popgym-BattleshipEasy-v0")
     assert (low, high) == (pytest.approx(-64 / 52), 1.0)
-    assert suite.score("popgym:popgym-BattleshipEasy-v0", low) == 0.0
+    assert scoring.score("popgym:popgym-BattleshipEasy-v0", low) == 0.0
 
 
-def test_every_registered_popgym_env_is_in_the_suite_at_each_level():
-    suite = load_suite()
+def test_every_registered_popgym_env_is_in_the_suite_at_each_level(scoring, suite):
     envs = suite.popgym_envs()
     names = {name for name, _ in envs}
     assert {"RepeatFirst", "CountRecall", "Autoencode", "MineSweeper"} <= names
-    assert all((name, level) in envs for name in names for level in suite.LEVELS)
+    assert all((name, level) in envs for name in names for level in scoring.LEVELS)
     assert envs[("RepeatFirst", "medium")] == "popgym:popgym-RepeatFirstMedium-v0"
     assert set(suite.TWINS) <= names
 
 
-def test_the_level_summary_counts_a_lone_agent_ahead_where_it_beats_chance():
-    suite = load_suite()
+def test_the_level_summary_counts_a_lone_agent_ahead_where_it_beats_chance(scoring):
     results = [
-        suite.Result(env, "medium", "popgym", "gtrxl", 1, 0.0, score, None, 1.0, "")
+        scoring.Result(env, "medium", "popgym", "gtrxl", 1, 0.0, score, None, 1.0, "")
         for env, score in (("RepeatFirst", 1.0), ("CountRecall", 0.02))
     ]
     chance = {("RepeatFirst", "medium"): 0.25, ("CountRecall", "medium"): 0.03}
-    line = suite.summary(results, ["gtrxl"], chance).splitlines()[-1]
-    assert line == "| medium | 2 | 0.510 | 1 | 1 |"  # one env above chance, and it leads there
+    head, *_, line = scoring.summary(results, ["gtrxl"], chance).splitlines()
+    assert head == (
+        "| level | envs | gtrxl: deterministic score | gtrxl: MMER | envs above chance "
+        "| gtrxl ahead |"
+    )
+    # one env above chance (RepeatFirst's 1.0 against 0.25), and it leads there; no MMER: "-"
+    assert line == "| medium | 2 | 0.510 | - | 1 | 1 |"
 
 
-def test_a_set_value_holding_a_colon_is_not_read_as_an_agent_prefix():
+def test_a_set_value_holding_a_colon_is_not_read_as_an_agent_prefix(suite):
     wrappers = "env.wrappers=[{path: gymnasium.wrappers.FlattenObservation}]"
-    sets = load_suite().agent_overrides([wrappers, "gru:algo.gamma=0.5"], ["gtrxl", "gru"])
+    sets = suite.agent_overrides([wrappers, "gru:algo.gamma=0.5"], ["gtrxl", "gru"])
     assert sets == {"gtrxl": [wrappers], "gru": [wrappers, "algo.gamma=0.5"]}
 
 
@@ -241,14 +243,14 @@ def _layout_problems(fig, shown_width_px: float) -> list[str]:
     return problems
 
 
-def test_the_curves_figure_is_legible_at_the_docs_width_with_nothing_colliding():
+def test_the_curves_figure_is_legible_at_the_docs_width_with_nothing_colliding(scoring, suite):
     pytest.importorskip("matplotlib")
-    suite = load_suite()
     # the figure of the docs: every Easy env's panel (and the longest Hard name)
-    easy = sorted(suite.label(env, level) for env, level in suite.popgym_envs() if level == "easy")
+    envs = suite.popgym_envs()
+    easy = sorted(scoring.label(env, level) for env, level in envs if level == "easy")
     names = [*easy, "NoisyPositionOnlyPendulumHard (twin)"]
-    fig, axes = suite.curves_figure(names, {"gtrxl": "C0", "gru": "C1"})
+    fig, axes = scoring.curves_figure(names, {"gtrxl": "C0", "gru": "C1"})
     assert [ax.get_title() for ax in axes] == names
     for ax in axes:  # curves over the suite's quick budget
         ax.plot([16_000, 200_000], [0.2, 0.8])
-    assert _layout_problems(fig, suite.DOCS_WIDTH_PX) == []
+    assert _layout_problems(fig, scoring.DOCS_WIDTH_PX) == []
