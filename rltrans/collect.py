@@ -37,7 +37,7 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec, WrapperSpec
 from omegaconf import DictConfig, OmegaConf
 
-from rltrans.accel import thread_tuners
+from rltrans.accel.run_speed import thread_tuners
 from rltrans.cli import run_cli
 from rltrans.config import ConfigError
 from rltrans.fsutil import StorageError, check_writable, free_bytes

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rltrans.accel import thread_tuners
+from rltrans.accel.run_speed import thread_tuners
 from rltrans.cli import run_cli
 from rltrans.config import ConfigError
 from rltrans.config.keys import MAX_ENVS

@@ -10,7 +10,9 @@
   by timing the run's own calls;
 * :mod:`~rltrans.accel.flat` — a CPU model's parameters as views of one flat tensor;
 * :mod:`~rltrans.accel.chunks` — a minibatch's gradient in parts (``algo.chunk_obs_mb``)
-  or in parts side by side (streams).
+  or in parts side by side (streams);
+* :mod:`~rltrans.accel.run_speed` — all of these for one run, made in one call from its
+  settings: what a trainer holds.
 
 A learner holds one :class:`Accel` and asks it for what to run: ``program(loss_fn)`` (the
 loss as it should run now, eager or compiled), ``gradient(loss_fn, batch, learner)`` (a
@@ -28,9 +30,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from rltrans import distributed
 from rltrans.accel.acting import CompiledActing, captured_acting, compiled_acting
-from rltrans.accel.auto import AutoCompile, CompileOverBudget, Memory, deadline, workload_key
+from rltrans.accel.auto import AutoCompile, CompileOverBudget, deadline, workload_key
 from rltrans.accel.chunks import LossFn, Parts, more_parts, part_count
 from rltrans.accel.compile import AheadOfTime, _report, compiled
 from rltrans.accel.flat import FlatParameters, PerTensor, trainable
@@ -41,8 +42,8 @@ T = TypeVar("T")
 
 __all__ = [
     "AUTO", "Accel", "AheadOfTime", "AutoCompile", "CompileOverBudget", "CompiledActing",
-    "Plan", "ThreadTuner", "compile_choice", "compiled", "compiled_acting", "deadline",
-    "draws_random", "set_threads", "thread_tuners", "trainable", "workload_key",
+    "Plan", "ThreadTuner", "compiled", "compiled_acting", "deadline",
+    "draws_random", "set_threads", "trainable", "workload_key",
 ]  # fmt: skip
 
 
@@ -177,64 +178,3 @@ def draws_random(model: nn.Module) -> bool:
         if (p or 0.0) > 0.0 or getattr(m, "dropout", 0.0) > 0.0:
             return True
     return False
-
-
-def thread_tuners(
-    setting: Any,
-    device: torch.device,
-    saved: dict[str, Any] | None = None,
-    *names: str,
-    streams: tuple[str, ...] = (),
-) -> dict[str, ThreadTuner]:
-    """``torch_threads=auto`` on CPU: one :class:`ThreadTuner` per kind of call in ``names``
-    (e.g. ``learner step``, ``acting step``), restored from a checkpoint's ``saved`` choices;
-    each reports its choice on stderr. The calls named in ``streams`` can also run as
-    one-thread streams (not under torchrun). Empty for a fixed count or a CUDA device."""
-    if setting != AUTO or device.type != "cpu":
-        return {}
-    split = () if distributed.active() else streams  # torchrun's collectives: main thread
-    tuners = {name: ThreadTuner(name, streams=name in split, report=_report) for name in names}
-    for name, state in (saved or {}).items():
-        if name in tuners:
-            tuners[name].load_state_dict(state)
-    return tuners
-
-
-COMPILE_SECONDS = 60.0  # what compiling a training step and an acting step takes, about
-
-
-def compile_choice(
-    setting: Any,
-    accel: Accel,
-    updates_left: int,
-    saved: str | None = None,
-    *,
-    measure: int = 2,
-    compile_seconds: float = COMPILE_SECONDS,
-    key: str | None = None,
-) -> AutoCompile | None:
-    """What ``compile`` asks: ``true`` switches ``accel`` to compiled programs now (said on
-    stderr), ``auto`` returns an :class:`AutoCompile` over ``updates_left`` updates that
-    times the first ``measure`` (or applies a checkpoint's ``saved`` choice), compiles only
-    where a tenth of the rest of the run exceeds ``compile_seconds``, under that bound, and
-    remembers the outcome under the workload ``key``; ``false`` returns None."""
-    if setting == "auto":
-        chooser = AutoCompile(
-            updates_left,
-            enable=lambda: accel.use_compiled(True),
-            disable=lambda: accel.use_compiled(False),
-            report=_report,
-            measure=measure,
-            compile_seconds=compile_seconds,
-            memory=Memory() if key else None,
-            key=key,
-        )
-        chooser.restore(saved)
-        return chooser
-    if setting:
-        accel.use_compiled(True)
-        _report(
-            "compile=true: the first update compiles the training step and, for agents whose "
-            "acting step is a pure function, the acting step (~15-60 s)"
-        )
-    return None

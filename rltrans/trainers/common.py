@@ -1,10 +1,9 @@
 """What the three trainers share: the run's name, the state they checkpoint besides weights
-and optimizer, the speed choices (threads, compile), the logger and progress bar, and the
+and optimizer, the plan's speed settings, the logger and progress bar, and the
 online trainers' periodic evaluation."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,16 +12,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rltrans.accel import (
-    COMPILE_SECONDS,
-    Accel,
-    AutoCompile,
-    CompileOverBudget,
-    compile_choice,
-    deadline,
-    thread_tuners,
-    workload_key,
-)
+from rltrans.accel.auto import CompileOverBudget
+from rltrans.accel.run_speed import SpeedSettings
 from rltrans.config import to_container
 from rltrans.config.plan import RunPlan
 from rltrans.config.run_settings import RunSettings
@@ -81,67 +72,12 @@ def run_name(cfg: DictConfig) -> str:
     return f"{env_name}-{cfg.agent.get('backbone', cfg.agent.kind)}".replace(":", "_")
 
 
-class Tuners(dict):
-    """``torch_threads=auto``'s tuners by kind of call, checkpointed as one entry."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """Each tuner's choice."""
-        return {name: t.state_dict() for name, t in self.items()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the choices of the tuners this run has."""
-        for name, saved in state.items():
-            if name in self:
-                self[name].load_state_dict(saved)
-
-
-class Choice:
-    """``compile=auto``'s chooser (or none), checkpointed as its choice."""
-
-    def __init__(self, chooser: AutoCompile | None) -> None:
-        self.chooser = chooser
-
-    def after_update(self, seconds: float) -> None:
-        """Account one update whose compilable work took ``seconds``."""
-        if self.chooser is not None:
-            self.chooser.after_update(seconds)
-
-    def state_dict(self) -> str | None:
-        """``compiled`` / ``eager`` once decided, else None."""
-        return self.chooser.choice if self.chooser is not None else None
-
-    def load_state_dict(self, choice: str | None) -> None:
-        """Apply a saved choice without measuring again."""
-        if self.chooser is not None:
-            self.chooser.restore(choice)
-
-    def set_updates_left(self, count: int) -> None:
-        """How many updates the run has left (what compiling would save over)."""
-        if self.chooser is not None:
-            self.chooser.updates_left = count
-
-    def compile_due(self) -> bool:
-        """Whether the next update compiles, under a deadline (:meth:`bounded`)."""
-        return self.chooser is not None and self.chooser.compile_due()
-
-    def bounded(self) -> contextlib.AbstractContextManager[None]:
-        """The deadline of an update that compiles (:class:`CompileOverBudget` past it);
-        any other update runs unbounded."""
-        budget = self.chooser.budget_s if self.compile_due() else None
-        return deadline(budget, lambda: CompileOverBudget(budget))
-
-    def over_budget(self, err: CompileOverBudget) -> None:
-        """The compiling update was dropped: eager from now on."""
-        if self.chooser is not None:
-            self.chooser.over_budget(err)
-
-
 class TrainerState:
     """The counters and statistics a trainer checkpoints besides weights and optimizer: the
     update counter and named parts, each with ``state_dict`` / ``load_state_dict`` (episode
     window, reward scalers, thread and compile choices, ...).
 
-    >>> state = TrainerState(episodes=tracker, threads=tuners)  # doctest: +SKIP
+    >>> state = TrainerState(episodes=tracker, **speed.parts())  # doctest: +SKIP
     >>> run.save(step, agent, learner, spaces, extra=state.state_dict())  # doctest: +SKIP
     """
 
@@ -163,42 +99,29 @@ class TrainerState:
                     part.load_state_dict(saved[name])
 
 
-def speed(
-    plan: RunPlan,
-    accel: Accel,
-    device: torch.device,
-    updates_left: int,
-    *names: str,
-    streams: tuple[str, ...] = (),
-    measure: int = 2,
-) -> tuple[Tuners, Choice]:
-    """The run's thread tuners (``torch_threads``; the learner's is handed to ``accel``) and
-    its compile choice (``compile``), to be restored from a checkpoint by a TrainerState."""
+def speed_settings(plan: RunPlan) -> SpeedSettings:
+    """The plan's speed settings: ``compile``, ``torch_threads``, ``rollout``,
+    ``algo.chunk_obs_mb`` and what the compiled programs depend on (a later run of the same
+    workload on this machine reuses ``compile=auto``'s decision: the budget, the seeds and
+    the evaluation settings do not change the programs)."""
     cfg, run = plan.config, plan.run
-    tuners = Tuners(thread_tuners(run.torch_threads, device, None, *names, streams=streams))
-    accel.threads = tuners.get("learner step")
-    chunks = unrolled_chunks(cfg)
-    seconds = COMPILE_SECONDS if chunks == 1 else CHUNK_COMPILE_SECONDS * chunks
-    # What the compiled programs depend on: a later run of the same workload on this machine
-    # reuses compile=auto's decision (the budget and seeds do not change the programs).
     sections = {k: to_container(cfg[k]) for k in ("agent", "algo", "env") if k in cfg}
     sections["dataset"] = run.dataset
     sections["algo"] = {k: v for k, v in sections.get("algo", {}).items() if "eval" not in k}
-    key = workload_key(sections, str(device), run.torch_threads, run.rollout)
-    choice = compile_choice(
-        run.compile, accel, updates_left, measure=measure, compile_seconds=seconds, key=key
+    return SpeedSettings(
+        compile=run.compile,
+        torch_threads=run.torch_threads,
+        rollout=run.rollout,
+        chunk_obs_mb=getattr(plan.algo, "chunk_obs_mb", None),
+        workload=sections,
+        unrolled_chunks=unrolled_chunks(cfg),
     )
-    return tuners, Choice(choice)
-
-
-CHUNK_COMPILE_SECONDS = 120.0  # per unrolled chunk: 8 chunks had not compiled after 7 minutes
 
 
 def unrolled_chunks(cfg: DictConfig) -> int:
     """How many chunks a compiled training step unrolls (``agent.chunk`` within
-    ``algo.segment_length``; 1 without); compile=auto expects ``CHUNK_COMPILE_SECONDS`` of
-    compilation for each (8 chunks of 64 steps had not finished after 7 minutes on one
-    core, with two other runs on the machine)."""
+    ``algo.segment_length``; 1 without); compile=auto expects
+    :data:`~rltrans.accel.run_speed.CHUNK_COMPILE_SECONDS` of compilation for each."""
     chunk, length = cfg.agent.get("chunk"), cfg.algo.get("segment_length")
     if not chunk or not length:
         return 1
@@ -289,12 +212,10 @@ class PeriodicEvaluation:
 __all__ = [
     "EVAL_SEED_OFFSET",
     "Callbacks",
-    "Choice",
     "CompileOverBudget",
     "PeriodicEvaluation",
     "TrainerState",
-    "Tuners",
     "logger_and_bar",
     "run_name",
-    "speed",
+    "speed_settings",
 ]

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from rltrans import distributed
-from rltrans.accel import Accel
+from rltrans.accel.run_speed import ACTING, LEARNER, RunSpeed
 from rltrans.config.plan import RunPlan
 from rltrans.config.run_settings import LocalRuntime
 from rltrans.envs import make_env
@@ -44,7 +44,7 @@ from rltrans.trainers.common import (
     Callbacks,
     TrainerState,
     run_name,
-    speed,
+    speed_settings,
 )
 from rltrans.trainers.skeleton import OnlineTrainer
 
@@ -166,31 +166,26 @@ class ImpalaTrainer(OnlineTrainer):
             made_of += " x learner processes"
         updates = run.whole_updates(self.steps_per_update, made_of)
         self.total = updates * self.steps_per_update
-        accel = Accel()
-        self.build_learner(ImpalaLearner, updates, accel)
+        # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
+        # processes use one thread, and so does every learner process under torchrun.
+        calls = () if world.distributed else (LEARNER, ACTING) if local else (LEARNER,)
+        self.speed = speed = RunSpeed(speed_settings(self.plan), device, updates, calls=calls)
+        self.build_learner(ImpalaLearner, updates, speed.accel)
         self.progress = run.resume(agent, self.learner, self.spaces)
         self.scalers = None
         if algo.reward_scaling:
             actors = runtime.num_actors
             self.scalers = [RewardScaler(num_envs, algo.gamma, device) for _ in range(actors)]
-        # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
-        # processes use one thread, and so does every learner process under torchrun.
-        names = ("learner step", "acting step") if local else ("learner step",)
-        tuners, self.choice = speed(
-            self.plan, accel, device, updates, *(() if world.distributed else names)
-        )
         self.tracker, self.dropped = EpisodeTracker(window=100), Count()
         scalers = None if self.scalers is None else Scalers(self.scalers, world.rank)
         self.state = TrainerState(
-            episodes=self.tracker, dropped=self.dropped, threads=tuners, compile=self.choice,
-            reward_scalers=scalers,
+            episodes=self.tracker, dropped=self.dropped, reward_scalers=scalers, **speed.parts(),
         )  # fmt: skip
         self.state.load_state_dict(run.resumed_payload or {}, source=run.resumed_source)
-        self.choice.set_updates_left(updates - self.state.update)
+        speed.start(updates - self.state.update)
         self.pool = self._start_pool(run, num_envs)
         for actor in self.pool.actors if isinstance(self.pool, LocalPool) else ():
-            actor.loop.threads = tuners.get("acting step")
-            accel.act_through(actor, agent)
+            speed.act_through(actor, agent)
 
     def _start_pool(self, run: Run, num_envs: int) -> ActorPool:
         """The actor pool, acting with the learner's weights (the same on every learner)."""
@@ -248,7 +243,7 @@ class ImpalaTrainer(OnlineTrainer):
         pool.publish(agent.state_dict(), state.update)
         stats = pool.stats()
         # The learner's work, and acting where it runs here.
-        self.choice.after_update(learn_s + (stats.get("act_ms", 0.0) / 1e3 if self.local else 0))
+        self.speed.after_update(learn_s + (stats.get("act_ms", 0.0) / 1e3 if self.local else 0))
         self._log(metrics, lags, stats, learn_s)
         self.evaluation.after_update(state.update, self.progress, self.logger)
         if self.bar is not None:

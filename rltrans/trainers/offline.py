@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltrans.accel import Accel
+from rltrans.accel.run_speed import RunSpeed
 from rltrans.buffers.trajectory import TrajectoryBuffer
 from rltrans.config import ConfigError, checked_file_config, refuse_env_code, to_container
 from rltrans.config.errors import first_line
@@ -51,7 +51,7 @@ from rltrans.trainers.common import (
     EVAL_SEED_OFFSET,
     Callbacks,
     TrainerState,
-    speed,
+    speed_settings,
 )
 from rltrans.trainers.skeleton import Trainer
 
@@ -260,7 +260,10 @@ class OfflineTrainer(Trainer):
             self.agent = build_agent(to_container(cfg.agent), *self.spaces, stats=stats)
             self.agent.to(device)
         self.total = train_steps = settings.train_steps
-        self.accel = accel = Accel()
+        # compile: the agent's loss (forward and backward) through torch.compile; auto decides
+        # from the first 20 gradient steps (an "update" is one step here).
+        self.speed = RunSpeed(speed_settings(plan), device, train_steps, measure=20)
+        self.accel = accel = self.speed.accel
         optim = algo.optim
         warmup = min(optim.warmup_updates, int(WARMUP_CAP * train_steps))
         self.learner = Learner(
@@ -270,13 +273,10 @@ class OfflineTrainer(Trainer):
             accel=accel,
         )
         self.progress = run.resume(self.agent, self.learner, self.spaces)
-        # compile: the agent's loss (forward and backward) through torch.compile; auto decides
-        # from the first 20 gradient steps (an "update" is one step here).
-        tuners, self.choice = speed(plan, accel, device, train_steps, "learner step", measure=20)
         self.sampler = SamplerState(np.random.default_rng(settings.seed))  # window sampling
-        self.state = TrainerState(sampler_rng=self.sampler, threads=tuners, compile=self.choice)
+        self.state = TrainerState(sampler_rng=self.sampler, **self.speed.parts())
         self.state.load_state_dict(run.resumed_payload or {}, source=run.resumed_source)
-        self.choice.set_updates_left(train_steps - self.progress)
+        self.speed.start(train_steps - self.progress)
         self.extra = {"agent_kwargs": {"stats": stats}, "dataset": self.data_info}
         self.extra.update(eval_targets=self.targets, eval_env=env_cfg)
         self.agent.train()
@@ -315,7 +315,7 @@ class OfflineTrainer(Trainer):
             metrics["grad_norm"] = learner.step(loss)
         learner.end_update()  # the lr schedule counts gradient steps
         t2 = time.perf_counter()
-        self.choice.after_update(t2 - t1)
+        self.speed.after_update(t2 - t1)
         self.sample_s, self.learn_s = self.sample_s + t1 - t0, self.learn_s + t2 - t1
         self.train_s += t2 - t0
         for k, v in metrics.items():  # 0-d tensors: no host sync per step

@@ -17,10 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rltrans.accel import Accel, draws_random
-from rltrans.accel.rollout import DeviceRollout, device_rollout_fits
+from rltrans.accel.run_speed import ACTING, LEARNER, RunSpeed
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.config import ConfigError
 from rltrans.config.plan import RunPlan
 from rltrans.envs import make_env
 from rltrans.learners import PPOLearner
@@ -31,7 +29,7 @@ from rltrans.trainers.common import (
     Callbacks,
     TrainerState,
     run_name,
-    speed,
+    speed_settings,
 )
 from rltrans.trainers.skeleton import OnlineTrainer
 
@@ -53,24 +51,19 @@ class PPOTrainer(OnlineTrainer):
         self.steps_per_update = algo.num_steps * envs.num_envs
         updates = run.whole_updates(self.steps_per_update, "algo.num_steps x env.num_envs")
         self.total = updates * self.steps_per_update
-        accel = Accel(chunk_obs_mb=algo.chunk_obs_mb)
-        self.build_learner(PPOLearner, updates, accel)
+        self.speed = speed = RunSpeed(
+            speed_settings(self.plan), device, updates, calls=(LEARNER, ACTING), streams_for=agent
+        )
+        self.build_learner(PPOLearner, updates, speed.accel)
         self.progress = run.resume(agent, self.learner, self.spaces)
         self.buffer = RolloutBuffer(algo.num_steps, envs.num_envs, algo.segment_length, device)
         scaler = RewardScaler(envs.num_envs, algo.gamma, device) if algo.reward_scaling else None
-        # Minibatches may run as parts side by side, unless the model draws random numbers
-        # (dropout): threads racing for one generator would make the run irreproducible.
-        streams = () if draws_random(agent) else ("learner step",)
-        tuners, self.choice = speed(
-            self.plan, accel, device, updates, "learner step", "acting step", streams=streams
-        )
         self.tracker = EpisodeTracker(window=100)
-        self.state = TrainerState(
-            episodes=self.tracker, reward_scaler=scaler, threads=tuners, compile=self.choice
-        )
+        self.state = TrainerState(episodes=self.tracker, reward_scaler=scaler, **speed.parts())
         self.state.load_state_dict(run.resumed_payload or {}, source=run.resumed_source)
-        self.choice.set_updates_left(updates - self.state.update)
-        rollout = device_rollout(settings.rollout, envs)
+        speed.start(updates - self.state.update)
+        with run.building("env"):  # rollout=device refused for an env that is not torch-native
+            rollout = speed.device_rollout(envs)
         self.actor = LocalActor(
             envs,
             agent,
@@ -79,8 +72,7 @@ class PPOTrainer(OnlineTrainer):
             reward_scaler=scaler,
             rollout=rollout,
         )
-        self.actor.loop.threads = tuners.get("acting step")
-        accel.act_through(self.actor, agent, capture=rollout is not None)
+        speed.act_through(self.actor, agent)
         self.actor.set_policy_version(self.state.update)
 
     def update(self) -> None:
@@ -96,7 +88,7 @@ class PPOTrainer(OnlineTrainer):
         state.update += 1
         actor.set_policy_version(state.update)
         timings = actor.pop_timings()
-        self.choice.after_update(learn_s + timings["act"])
+        self.speed.after_update(learn_s + timings["act"])
         logger = self.logger
         logger.log(
             self.progress,
@@ -143,18 +135,6 @@ class PPOTrainer(OnlineTrainer):
         for part in ("envs", "evaluation"):
             if hasattr(self, part):
                 getattr(self, part).close()
-
-
-def device_rollout(setting: str, envs: Any) -> DeviceRollout | None:
-    """The device rollout ``rollout`` asks for with ``envs`` (None: the generic loop)."""
-    if setting == "generic" or (setting == "auto" and not device_rollout_fits(envs)):
-        return None
-    if not device_rollout_fits(envs):
-        raise ConfigError(
-            f"rollout=device needs a torch-native env (env.kind=torch), got "
-            f"{type(envs.unwrapped).__name__}; valid here: rollout=auto or rollout=generic"
-        )
-    return DeviceRollout(envs)
 
 
 def train_ppo(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:

@@ -210,15 +210,15 @@ class Trainer:
         """Whether to copy the state before the next update (see the module's docstring)."""
         if self.run.world.distributed:
             return False  # under torchrun no update is dropped: the signal waits for its end
-        choice = getattr(self, "choice", None)
-        compiling = choice is not None and choice.compile_due()
+        speed = getattr(self, "speed", None)
+        compiling = speed is not None and speed.compile_due()
         return copy_due(last_s, cheapest_s, since) or compiling or self.long_update_due()
 
     def _compile_budget(self, copied: bool) -> contextlib.AbstractContextManager[None]:
         """compile=auto's deadline on an update that compiles (only one copied before it can
         be dropped)."""
-        choice = getattr(self, "choice", None)
-        return choice.bounded() if copied and choice is not None else contextlib.nullcontext()
+        speed = getattr(self, "speed", None)
+        return speed.bounded() if copied and speed is not None else contextlib.nullcontext()
 
     def _loop(self, stop: StopSignals) -> str:
         last_s: float | None = None  # how long the last update took
@@ -252,7 +252,7 @@ class Trainer:
                 return stop.status
             except CompileOverBudget as over:
                 self.restore(saved)
-                self.choice.over_budget(over)  # eager from now on, remembered for this workload
+                self.speed.over_budget(over)  # eager from now on, remembered for this workload
                 last_s = None
                 continue
             last_s = time.perf_counter() - start

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from rltrans.accel import run_speed
 from rltrans.accel.auto import AutoCompile, CompileOverBudget, Memory, deadline, workload_key
 from rltrans.train import main as train_main
-from rltrans.trainers import common
 from tests.helpers.cli import TINY_PPO, summary_line
 
 
@@ -116,7 +116,7 @@ def test_a_run_whose_compile_runs_over_budget_drops_that_update_and_finishes_eag
     tries it under a budget of a tenth of a few tenths of a second; the compiling update is
     dropped, rerun eager, and the run ends as planned. The next run of the workload does not
     try again."""
-    monkeypatch.setattr(common, "COMPILE_SECONDS", 0.0)
+    monkeypatch.setattr(run_speed, "COMPILE_SECONDS", 0.0)
     args = [*TINY_PPO, "compile=auto", "total_steps=384", "torch_threads=1", "progress=false"]
     assert train_main([*args, f"run_dir={tmp_path / 'a'}"]) == 0
     out, err = capsys.readouterr()

@@ -12,6 +12,7 @@ import rltrans.accel.compile
 from rltrans.accel import Accel, CompiledActing, compiled_acting
 from rltrans.accel.auto import AutoCompile
 from rltrans.accel.compile import AheadOfTime, _load, _package_path
+from rltrans.accel.run_speed import CHUNK_COMPILE_SECONDS
 from rltrans.accel.threads import ThreadTuner
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
@@ -22,7 +23,7 @@ from rltrans.registry import build_agent
 from rltrans.run.checkpoint import load_checkpoint
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
-from rltrans.trainers.common import CHUNK_COMPILE_SECONDS, unrolled_chunks
+from rltrans.trainers.common import unrolled_chunks
 from tests.agents.test_dt import BOX, DISCRETE, make_dt, random_batch
 from tests.agents.test_memory_agent import PPO
 from tests.cli.test_train import TINY, summary_line

@@ -11,6 +11,7 @@ import rltrans
 from rltrans.accel import Accel
 from rltrans.accel.capture import Captured
 from rltrans.accel.rollout import DeviceRollout, can_truncate, device_rollout_fits, host_stats
+from rltrans.accel.run_speed import RunSpeed, SpeedSettings
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import ConfigError
@@ -18,7 +19,6 @@ from rltrans.envs.gym_vec import make_vector_env
 from rltrans.envs.torch_envs import make_torch_env
 from rltrans.run.logging import EpisodeTracker
 from rltrans.runtime.actors import LocalActor, RewardScaler
-from rltrans.trainers.ppo import device_rollout
 from rltrans.types import tree_map
 
 FIELDS = ("obs", "actions", "starts", "log_probs", "values", "rewards", "terminated",
@@ -94,6 +94,10 @@ def test_host_stats_reads_each_step_back_as_numpy():
 
 
 def test_rollout_setting_chooses_and_refuses_by_name():
+    def device_rollout(setting, envs):
+        speed = RunSpeed(SpeedSettings(compile=False, rollout=setting), torch.device("cpu"), 1)
+        return speed.device_rollout(envs)
+
     torch_env = make_torch_env("tmaze", 2, length=3)
     gym_env = make_vector_env("CartPole-v1", 2, seed=0)
     try:
@@ -101,7 +105,7 @@ def test_rollout_setting_chooses_and_refuses_by_name():
         assert device_rollout("generic", torch_env) is None
         assert device_rollout("auto", gym_env) is None
         assert not device_rollout_fits(gym_env)
-        with pytest.raises(ConfigError, match="rollout=device needs a torch-native env"):
+        with pytest.raises(ValueError, match="rollout=device needs a torch-native env"):
             device_rollout("device", gym_env)
     finally:
         gym_env.close()
