@@ -47,6 +47,11 @@ from rltrans.core.block import BlockConfig
 
 __all__ = [
     "BACKBONES",
+    "DEFAULT_HEADS",
+    "DEFAULT_LAYERS",
+    "DEFAULT_MEMORY",
+    "STACK_OPTIONS",
+    "UNIVERSAL_OPTIONS",
     "BackboneName",
     "BackboneSpec",
     "CausalSpec",
