@@ -39,8 +39,8 @@ from rltrans.agents.context_policy import ContextPolicy, DTOutput, DTState
 from rltrans.agents.encoders import FlattenSteps, build_encoder
 from rltrans.agents.heads import build_actions
 from rltrans.backbones.base import Backbone
-from rltrans.backbones.causal import Init, causal_stack, gpt2_config
-from rltrans.backbones.universal import UniversalTransformer
+from rltrans.backbones.causal import Init, gpt2_config
+from rltrans.backbones.spec import CausalSpec, DTBackboneSpec, UniversalSpec, build
 from rltrans.choices import check_choice
 from rltrans.core.attention import Kernel
 from rltrans.core.block import FFActivation, NormPlacement
@@ -271,7 +271,9 @@ def build_decision_transformer(
     MLP); Atari used 6 layers, 8 heads, K 30 (50 for Pong) and GELU. ``backbone="causal"``
     is GPT-2 as DT uses it (``init`` picks its initialisation); ``"universal"`` loops one
     shared block with ACT (Dehghani et al. 2019) for up to ``max_steps`` depth steps, and
-    ``layers`` and ``init`` do not apply.
+    ``layers`` and ``init`` do not apply. The backbone is built from its spec
+    (:class:`~rltrans.backbones.spec.CausalSpec` or ``UniversalSpec``); to give one directly,
+    pass ``build(spec)`` to :class:`DecisionTransformer`.
     """
     check_choice("DT backbone", backbone, ("causal", "universal"))
     # GPT-2's block as DT uses it; max_len counts tokens, 3 per step.
@@ -287,10 +289,11 @@ def build_decision_transformer(
         max_len=3 * context,
     )
     if backbone == "causal":
-        transformer: Backbone = causal_stack(config, layers, init=init)
-    else:
-        transformer = UniversalTransformer(
+        spec: DTBackboneSpec = CausalSpec(config, layers, init=init)
+    else:  # memory 0: the window of 3K tokens is the whole context
+        spec = UniversalSpec(
             config,
+            memory=0,
             max_steps=max_steps,
             halting_bias=halting_bias,
             coordinate_scale=coordinate_scale,
@@ -298,7 +301,7 @@ def build_decision_transformer(
     return DecisionTransformer(
         observation_space,
         action_space,
-        transformer,
+        build(spec),
         context=context,
         max_timestep=max_timestep,
         action_tanh=action_tanh,

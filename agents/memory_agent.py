@@ -2,8 +2,8 @@
 
 One recipe serves every backbone (GTrXL, TrXL, TrXL-I, the Universal
 Transformer with ACT, LSTM/GRU, the MLP control): the backbone is picked once
-at build time from ``backbone=`` and hides its memory behind the interface of
-:mod:`rltrans.backbones.base`.
+at build time from ``backbone=`` (a name and its keywords, or a typed spec of
+:mod:`rltrans.backbones.spec`) and hides its memory behind :mod:`rltrans.backbones.base`.
 
 Every backbone's ``forward`` returns a ``BackboneOutput(hidden, memory, aux)`` and its
 ``step`` a ``StepOutput(hidden, state, aux)``; ``aux`` is empty except for a backbone that
@@ -43,60 +43,58 @@ from rltrans.agents.encoders import build_encoder, layer_init
 from rltrans.agents.heads import ActionDist, build_action_head
 from rltrans.agents.reconstruction import build_decoder, reconstruction_aux
 from rltrans.backbones.base import Backbone
-from rltrans.backbones.gtrxl import PRESETS, TransformerStack, preset_config
-from rltrans.backbones.rnn import MLPBackbone, RNNBackbone
-from rltrans.backbones.universal import UniversalTransformer
+from rltrans.backbones.spec import (
+    BACKBONES,
+    DEFAULT_HEADS,
+    DEFAULT_MEMORY,
+    BackboneName,
+    BackboneSpec,
+    MLPSpec,
+    backbone_spec,
+    build,
+    check_keywords,
+)
 from rltrans.choices import check_choice
-from rltrans.core.block import BlockConfig
 from rltrans.types import ActOutput, Aux, Segment, Tree, tree_map
 
-BackboneName = Literal["gtrxl", "trxl", "trxl_i", "universal", "lstm", "gru", "mlp"]
-BACKBONES: tuple[str, ...] = get_args(BackboneName)
 Critic = Literal["shared", "separate"]
 CRITICS: tuple[str, ...] = get_args(Critic)
-DEFAULT_LAYERS = 3  # Y of the stacked backbones when ``layers`` is not given
+DEFAULT_DIM = 128  # D where neither a keyword nor a spec gives it
 DEFAULT_TAU = 0.01  # ponder-cost weight (the Universal Transformer's act_loss_weight)
 DEFAULT_SPAN_COEF = 1e-4  # adaptive-span cost per step of mean span (M=256 at full span: 0.026)
-# Options of the Universal Transformer beyond its BlockConfig (its depth loop and halting).
-UNIVERSAL_OPTIONS = ("max_steps", "halting", "act_epsilon", "halting_bias", "coordinate_scale")
-# Options of the transformer stacks beyond their BlockConfig (how a training segment runs).
-STACK_OPTIONS = ("chunk",)
 
 
 def build_backbone(
     name: BackboneName, dim: int, layers: int | None, heads: int, memory: int, **kw: Any
 ) -> Backbone:
-    """The backbone module for a name; BlockConfig options (position, gate, ...), the
-    transformer stacks' ``chunk`` and the Universal Transformer's halting options go in kw.
+    """The backbone module for a name and its keywords: ``build(backbone_spec(...))`` (see
+    :func:`rltrans.backbones.spec.backbone_spec` for the options)."""
+    return build(backbone_spec(name, dim, layers, heads, memory, **kw))
 
-    ``universal`` takes no ``layers``: one shared block is applied up to
-    ``max_steps`` times (Dehghani et al. 2019), so ``max_steps`` is its depth.
-    """
-    check_choice("backbone", name, BACKBONES)
-    block, rest = BlockConfig.split(kw)
-    if name == "universal":
-        if layers is not None:
-            raise ValueError(
-                "backbone 'universal' has no layers: one shared block is applied up to "
-                "max_steps times; set max_steps instead"
-            )
-        unknown = sorted(set(rest) - set(UNIVERSAL_OPTIONS))
-        if unknown:
-            raise ValueError(f"unknown options {unknown} for backbone 'universal'")
-        config = BlockConfig(dim=dim, heads=heads, **block)  # defaults: a GTrXL block
-        return UniversalTransformer(config, memory=memory, **rest)
-    layers = DEFAULT_LAYERS if layers is None else layers
-    if name in PRESETS:
-        chunk = rest.pop(STACK_OPTIONS[0], None)
-        if rest:
-            raise ValueError(f"options {sorted(rest)} do not apply to backbone {name!r}")
-        config = preset_config(name, dim, heads, **block)
-        return TransformerStack(config, layers, memory=memory, chunk=chunk)
-    if kw:
-        raise ValueError(f"options {sorted(kw)} only apply to transformer backbones, not {name!r}")
-    if name in ("lstm", "gru"):
-        return RNNBackbone(dim, layers, cell=name)
-    return MLPBackbone(dim, layers)
+
+def resolve_backbone(
+    backbone: BackboneName | BackboneSpec,
+    dim: int | None,
+    layers: int | None,
+    heads: int | None,
+    memory: int | None,
+    options: dict[str, Any],
+) -> BackboneSpec:
+    """The spec of MemoryAgent's backbone arguments: a name and its keywords (None: the
+    defaults), or a spec, next to which a keyword may only repeat the spec's value."""
+    if isinstance(backbone, BackboneSpec):
+        sizes = {"dim": dim, "layers": layers, "heads": heads, "memory": memory}
+        check_keywords(backbone, {k: v for k, v in sizes.items() if v is not None} | options)
+        return backbone
+    if not isinstance(backbone, str):
+        raise TypeError(
+            f"backbone must be a name ({', '.join(BACKBONES)}) or a StackSpec, UniversalSpec, "
+            f"RNNSpec or MLPSpec, got {type(backbone).__name__}"
+        )
+    dim = DEFAULT_DIM if dim is None else dim
+    heads = DEFAULT_HEADS if heads is None else heads
+    memory = DEFAULT_MEMORY if memory is None else memory
+    return backbone_spec(backbone, dim, layers, heads, memory, **options)
 
 
 class ObservationNorm(nn.Module):
@@ -138,6 +136,19 @@ class NoNorm(nn.Module):
 
     def update(self, obs: Tree) -> None:
         """Nothing to track."""
+
+
+def build_obs_norm(space: gym.Space, normalize: bool) -> ObservationNorm | NoNorm:
+    """The running normalisation of a 1-D float Box's observations where ``normalize``."""
+    if not normalize:
+        return NoNorm()
+    is_vector = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+    if not is_vector or space.dtype == np.uint8:
+        raise ValueError(
+            f"normalize_obs=true needs a 1-D float Box observation space, got "
+            f"{space}; set agent.normalize_obs=false"
+        )
+    return ObservationNorm(space.shape)
 
 
 def no_aux(aux: Aux) -> Aux:
@@ -184,7 +195,12 @@ def ponder_aux(aux: Aux, *, tau: float) -> Aux:
 class MemoryAgent(nn.Module):
     """Actor-critic with a shared sequence backbone.
 
-    ``tau`` weighs the ponder cost of a pondering backbone (``universal``;
+    ``backbone`` is a name (gtrxl, trxl, trxl_i, universal, lstm, gru, mlp) with ``dim``,
+    ``layers``, ``heads``, ``memory`` (default 128, 3, 4, 64) and the backbone's options as
+    keywords, as agent configs give them (:func:`rltrans.backbones.spec.backbone_spec`), or a
+    typed spec (``StackSpec``, ``UniversalSpec``, ``RNNSpec``, ``MLPSpec``) that holds them
+    all; a keyword given next to a spec must repeat its value. :attr:`backbone_spec` is the
+    spec either way. ``tau`` weighs the ponder cost of a pondering backbone (``universal``;
     default 0.01) and is an error for the others. ``span_coef`` weighs the mean learned span
     (in steps) of a stack built with ``adaptive_span=True``. ``reconstruction_coef``
     weighs the observation-reconstruction loss; above 0 it builds :attr:`decoder` (built last,
@@ -203,6 +219,12 @@ class MemoryAgent(nn.Module):
     >>> out, state = agent.act(torch.zeros(3, 4), state, torch.ones(3, dtype=torch.bool))
     >>> out.action.shape, out.value.shape
     (torch.Size([3]), torch.Size([3]))
+    >>> from rltrans.backbones.spec import StackSpec
+    >>> from rltrans.core.block import BlockConfig
+    >>> spec = StackSpec(BlockConfig(dim=32, heads=2), memory=8, layers=1)  # the same backbone
+    >>> MemoryAgent(env.observation_space, env.action_space, backbone=spec).backbone_spec == (
+    ...     agent.backbone_spec)
+    True
     """
 
     def __init__(
@@ -210,11 +232,11 @@ class MemoryAgent(nn.Module):
         observation_space: gym.Space,
         action_space: gym.Space,
         *,
-        backbone: BackboneName = "gtrxl",
-        dim: int = 128,
+        backbone: BackboneName | BackboneSpec = "gtrxl",
+        dim: int | None = None,
         layers: int | None = None,
-        heads: int = 4,
-        memory: int = 64,
+        heads: int | None = None,
+        memory: int | None = None,
         tau: float | None = None,
         span_coef: float = DEFAULT_SPAN_COEF,
         encoder: dict[str, Any] | None = None,
@@ -225,20 +247,13 @@ class MemoryAgent(nn.Module):
         **backbone_options: Any,
     ) -> None:
         super().__init__()
+        spec = resolve_backbone(backbone, dim, layers, heads, memory, backbone_options)
+        self.backbone_spec = spec  # what the backbone is: frozen, typed, picklable
+        dim, name = spec.dim, backbone if isinstance(backbone, str) else type(backbone).__name__
         self.observation_space, self.action_space = observation_space, action_space
-        self.obs_norm: nn.Module = NoNorm()
-        if normalize_obs:
-            is_vector = (
-                isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1
-            )
-            if not is_vector or observation_space.dtype == np.uint8:
-                raise ValueError(
-                    f"normalize_obs=true needs a 1-D float Box observation space, got "
-                    f"{observation_space}; set agent.normalize_obs=false"
-                )
-            self.obs_norm = ObservationNorm(observation_space.shape)
+        self.obs_norm = build_obs_norm(observation_space, normalize_obs)
         self.encoder = build_encoder(observation_space, dim, **(encoder or {}))
-        self.backbone = build_backbone(backbone, dim, layers, heads, memory, **backbone_options)
+        self.backbone = build(spec)
         self.policy = build_action_head(action_space, dim)
         if not 0 < value_init_gain < math.inf:
             raise ValueError(f"value_init_gain={value_init_gain!r}: expected a number > 0")
@@ -246,15 +261,14 @@ class MemoryAgent(nn.Module):
         check_choice("critic", critic, CRITICS)
         self.critic_net: nn.Module | None = None  # the value's own tower (critic="separate")
         if critic == "separate":
-            if backbone != "mlp":
+            if not isinstance(spec, MLPSpec):
                 raise ValueError(
-                    f"critic='separate' needs backbone 'mlp', not {backbone!r}: a memory "
+                    f"critic='separate' needs backbone 'mlp', not {name!r}: a memory "
                     f"backbone's state serves the policy and the value together; "
                     f"valid critics for it: ['shared']"
                 )
             self.critic_net = nn.Sequential(
-                build_encoder(observation_space, dim, **(encoder or {})),
-                MLPBackbone(dim, DEFAULT_LAYERS if layers is None else layers).net,
+                build_encoder(observation_space, dim, **(encoder or {})), spec.build().net
             )
         # What evaluate() makes of the backbone's aux, chosen once here from its declared
         # capability; module-level functions and partials keep the agent picklable.
@@ -266,7 +280,7 @@ class MemoryAgent(nn.Module):
             self.training_aux = partial(ponder_aux, tau=tau)
         elif tau is not None:
             raise ValueError(
-                f"tau (ponder-cost weight) only applies to backbone 'universal', not {backbone!r}"
+                f"tau (ponder-cost weight) only applies to backbone 'universal', not {name!r}"
             )
         if getattr(self.backbone, "adaptive_span", False):
             if not 0 <= span_coef < math.inf:

@@ -53,6 +53,24 @@ def preset_config(name: str, dim: int, heads: int, **overrides: Any) -> BlockCon
     return BlockConfig(dim=dim, heads=heads, **{**PRESETS[name], **overrides})
 
 
+def check_stack_options(config: BlockConfig, memory: int, chunk: int | None) -> None:
+    """Refuse a memory size M or chunk length a stack built from ``config`` cannot run with."""
+    if memory < 0:
+        raise ValueError(f"memory must be >= 0, got {memory}")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be >= 1 or None, got {chunk}")
+    if config.long_memory != "none" and memory < 1:
+        raise ValueError(
+            f"long_memory={config.long_memory!r} is carried from segment to segment in the "
+            f"stack's memory: it needs memory >= 1, got {memory}"
+        )
+    if config.adaptive_span and memory < 1:
+        raise ValueError(
+            "adaptive_span learns how much of the memory window to read: it needs "
+            f"memory >= 1, got {memory}"
+        )
+
+
 class TransformerStack(WindowedMemory, nn.Module):
     """A stack of Y TransformerBlocks, all built from one BlockConfig, with optional segment
     memory of M steps.
@@ -74,20 +92,7 @@ class TransformerStack(WindowedMemory, nn.Module):
         self, config: BlockConfig, layers: int, *, memory: int = 0, chunk: int | None = None
     ) -> None:
         super().__init__()
-        if memory < 0:
-            raise ValueError(f"memory must be >= 0, got {memory}")
-        if chunk is not None and chunk < 1:
-            raise ValueError(f"chunk must be >= 1 or None, got {chunk}")
-        if config.long_memory != "none" and memory < 1:
-            raise ValueError(
-                f"long_memory={config.long_memory!r} is carried from segment to segment in the "
-                f"stack's memory: it needs memory >= 1, got {memory}"
-            )
-        if config.adaptive_span and memory < 1:
-            raise ValueError(
-                "adaptive_span learns how much of the memory window to read: it needs "
-                f"memory >= 1, got {memory}"
-            )
+        check_stack_options(config, memory, chunk)
         self.config, self.layers, self.memory = config, layers, memory
         # A training segment longer than ``chunk`` steps runs chunk by chunk (see forward).
         self.chunk = chunk

@@ -75,6 +75,25 @@ def act_aux(result: ACTOutput) -> dict[str, Tensor]:
     }
 
 
+def check_universal_options(config: BlockConfig, memory: int, coordinate_scale: float) -> None:
+    """Refuse a memory size M, coordinate scale or block option the Universal Transformer
+    cannot run with (its depth steps share one block)."""
+    if memory < 0:
+        raise ValueError(f"memory must be >= 0, got {memory}")
+    if coordinate_scale < 0:
+        raise ValueError(f"coordinate_scale must be >= 0, got {coordinate_scale}")
+    if config.long_memory != "none":  # its depth steps share one block: one state per step
+        raise ValueError(
+            f"long_memory={config.long_memory!r} is for the gtrxl, trxl and trxl_i stacks; "
+            "the Universal Transformer takes long_memory=none"
+        )
+    if config.adaptive_span:
+        raise ValueError(
+            "adaptive_span is for the gtrxl, trxl and trxl_i stacks; the Universal "
+            "Transformer takes adaptive_span=false"
+        )
+
+
 class UniversalTransformer(WindowedMemory, nn.Module):
     """One shared TransformerBlock, built from ``config``, applied up to ``max_steps`` times
     with ACT halting.
@@ -107,20 +126,7 @@ class UniversalTransformer(WindowedMemory, nn.Module):
         coordinate_scale: float = 1.0,
     ) -> None:
         super().__init__()
-        if memory < 0:
-            raise ValueError(f"memory must be >= 0, got {memory}")
-        if coordinate_scale < 0:
-            raise ValueError(f"coordinate_scale must be >= 0, got {coordinate_scale}")
-        if config.long_memory != "none":  # its depth steps share one block: one state per step
-            raise ValueError(
-                f"long_memory={config.long_memory!r} is for the gtrxl, trxl and trxl_i stacks; "
-                "the Universal Transformer takes long_memory=none"
-            )
-        if config.adaptive_span:
-            raise ValueError(
-                "adaptive_span is for the gtrxl, trxl and trxl_i stacks; the Universal "
-                "Transformer takes adaptive_span=false"
-            )
+        check_universal_options(config, memory, coordinate_scale)
         dim = config.dim
         self.config, self.memory, self.coordinate_scale = config, memory, coordinate_scale
         self.dim, self.heads, self.causal = dim, config.heads, config.causal

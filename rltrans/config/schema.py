@@ -319,8 +319,8 @@ def _transformer_preset_on_recurrent_backbone(
     a GRU does not take, each rightly refused; the fix is the backbone's own preset."""
     from dataclasses import fields
 
-    from rltrans.agents.memory_agent import STACK_OPTIONS
     from rltrans.backbones.gtrxl import PRESETS
+    from rltrans.backbones.spec import STACK_OPTIONS
     from rltrans.config.files import group_options
     from rltrans.core.block import BlockConfig
 
@@ -373,8 +373,8 @@ def agent_knob_names(agent: dict) -> list[str] | None:
 
         knobs += [k for k in PLAN_KNOBS if k not in knobs]  # the plan reads it, not the class
     if agent.get("kind") == "memory":
-        from rltrans.agents.memory_agent import STACK_OPTIONS, UNIVERSAL_OPTIONS
         from rltrans.backbones.gtrxl import PRESETS
+        from rltrans.backbones.spec import STACK_OPTIONS, UNIVERSAL_OPTIONS
         from rltrans.core.block import BlockConfig
 
         block = [f.name for f in fields(BlockConfig) if f.name not in knobs]

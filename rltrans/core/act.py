@@ -71,6 +71,21 @@ def _check_steps(max_steps: int) -> int:
     return max_steps
 
 
+def _check_epsilon(epsilon: float) -> float:
+    """Validate ACT's epsilon (a position halts once its h sum to 1 - epsilon)."""
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(f"act epsilon must be in (0, 1), got {epsilon}")
+    return epsilon
+
+
+def check_halting(name: HaltingName, max_steps: int, epsilon: float = 0.01) -> None:
+    """Refuse what :func:`build_halting` would: an unknown name, S < 1, epsilon outside (0, 1)."""
+    check_choice("halting", name, HALTINGS)
+    if name == "act":
+        _check_epsilon(epsilon)
+    _check_steps(max_steps)
+
+
 class AdaptiveHalting(nn.Module):
     """ACT halting over a step function (Graves 2016, section 2).
 
@@ -92,8 +107,7 @@ class AdaptiveHalting(nn.Module):
         self, dim: int, max_steps: int, *, epsilon: float = 0.01, halting_bias: float = -1.0
     ) -> None:
         super().__init__()
-        if not 0.0 < epsilon < 1.0:
-            raise ValueError(f"act epsilon must be in (0, 1), got {epsilon}")
+        epsilon = _check_epsilon(epsilon)
         self.max_steps, self.epsilon = _check_steps(max_steps), epsilon
         self.unit = nn.Linear(dim, 1)  # the halting unit: h = sigmoid(w . s + b)
         nn.init.constant_(self.unit.bias, halting_bias)

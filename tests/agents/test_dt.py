@@ -485,3 +485,20 @@ def test_the_universal_backbone_gets_the_dt_knobs():
     assert ut.max_steps == 3 and ut.coordinate_scale == 0.2
     assert ut.config.ff_activation == "relu" and ut.config.max_len == 3 * K
     assert isinstance(ut.block.mlp.net[1], torch.nn.ReLU)
+
+
+@pytest.mark.parametrize("backbone", ["causal", "universal"])
+def test_the_builder_equals_the_model_built_on_its_spec(backbone):
+    """The knobs become a CausalSpec or UniversalSpec; the model on that spec's backbone is
+    the builder's, weight for weight (same seed)."""
+    from rltrans.backbones.spec import CausalSpec, UniversalSpec, build
+
+    config = gpt2_config(16, 2, dropout=0.0, ff_activation="relu", max_len=3 * K)
+    spec = CausalSpec(config, layers=2) if backbone == "causal" else UniversalSpec(config, 0, 4)
+    options = {"coordinate_scale": 1.0} if backbone == "universal" else {}
+    torch.manual_seed(0)
+    built = make_dt(backbone=backbone, max_steps=4, **options)
+    torch.manual_seed(0)
+    direct = DecisionTransformer(OBS, DISCRETE, build(spec), context=K, stats=STATS).eval()
+    want, got = built.state_dict(), direct.state_dict()
+    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
