@@ -37,6 +37,7 @@ from common import ratio_median, table
 
 from rltrans.accel import Accel
 from rltrans.accel.acting import compiled_acting
+from rltrans.accel.run_speed import RunSpeed, SpeedSettings
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import load_config, to_container
@@ -44,7 +45,6 @@ from rltrans.envs import make_env
 from rltrans.learners import NonFiniteLossError, PPOLearner, algo_settings
 from rltrans.registry import PLAN_KNOBS, build_agent
 from rltrans.runtime.actors import LocalActor, RewardScaler
-from rltrans.trainers.ppo import device_rollout
 
 # The reference's TrXL layer is attention plus a 1x ReLU projection (~5 D^2 parameters at one
 # head); ours has a 4x MLP (~13 D^2 with W_kR). ff_mult=1 matches its parameter count.
@@ -90,7 +90,8 @@ class Setup:
         self.buffer = RolloutBuffer(algo.num_steps, envs, algo.segment_length, self.device)
         # as a training run does: the returns' scale only where algo.reward_scaling asks
         scaler = RewardScaler(envs, algo.gamma, self.device) if algo.reward_scaling else None
-        path = device_rollout(rollout, self.envs)
+        path = RunSpeed(SpeedSettings(compile=False, rollout=rollout), self.device, 1)
+        path = path.device_rollout(self.envs)
         self.actor = LocalActor(
             self.envs, model, seed=0, device=self.device, reward_scaler=scaler, rollout=path
         )
