@@ -90,8 +90,8 @@ class Setup:
         self.buffer = RolloutBuffer(algo.num_steps, envs, algo.segment_length, self.device)
         # as a training run does: the returns' scale only where algo.reward_scaling asks
         scaler = RewardScaler(envs, algo.gamma, self.device) if algo.reward_scaling else None
-        path = RunSpeed(SpeedSettings(compile=False, rollout=rollout), self.device, 1)
-        path = path.device_rollout(self.envs)
+        speed = RunSpeed(SpeedSettings(compile=False, rollout=rollout), self.device, 1)
+        path = speed.device_rollout(self.envs)
         self.actor = LocalActor(
             self.envs, model, seed=0, device=self.device, reward_scaler=scaler, rollout=path
         )
