@@ -113,8 +113,8 @@ def yaml_value(value: Any) -> str:
 
 def commented(line: str, help: str) -> list[str]:
     """``line`` with ``help`` as its comment, wrapped at the file's width: the comment starts
-    at the comment column (two spaces after a longer line) and continues there."""
-    first = line.ljust(COMMENT_COLUMN) if len(line) < COMMENT_COLUMN else f"{line}  "
+    at the comment column (two spaces after a line that reaches it) and continues there."""
+    first = line.ljust(COMMENT_COLUMN) if len(line) <= COMMENT_COLUMN - 2 else f"{line}  "
     rest = " " * COMMENT_COLUMN + "# "
     lines = textwrap.wrap(
         help.replace(" %", "\0%"),  # "10 %" stays on one line
