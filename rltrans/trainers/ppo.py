@@ -21,6 +21,7 @@ from rltrans.accel.run_speed import ACTING, LEARNER, RunSpeed
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config.plan import RunPlan
 from rltrans.envs import make_env
+from rltrans.envs.gym_vec import close_cut_short
 from rltrans.learners import PPOLearner
 from rltrans.run.context import Run
 from rltrans.run.logging import EpisodeTracker
@@ -131,10 +132,12 @@ class PPOTrainer(OnlineTrainer):
             self.actor.restart(seed=settings.seed + state.update)
 
     def close(self, status: str) -> None:
-        """Close the training and evaluation envs."""
-        for part in ("envs", "evaluation"):
-            if hasattr(self, part):
-                getattr(self, part).close()
+        """Close the training and evaluation envs (after a signal, the training envs' workers
+        are terminated, not awaited: the signal may have cut a call to them short)."""
+        if hasattr(self, "envs"):
+            close_cut_short(self.envs) if status == "interrupted" else self.envs.close()
+        if hasattr(self, "evaluation"):
+            self.evaluation.close()
 
 
 def train_ppo(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:

@@ -250,3 +250,38 @@ def test_bad_options_list_valid_ones(kwargs: dict, pattern: str) -> None:
     args = {"env_id": "CartPole-v1", "num_envs": 1} | kwargs
     with pytest.raises(ValueError, match=pattern):
         make_vector_env(**args)
+
+
+class SlowStep(gym.Env):
+    """One-step env whose step takes a minute: a worker still busy when a signal arrives."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        import time
+
+        time.sleep(60)
+        return np.zeros(1, np.float32), 0.0, True, False, {}
+
+
+def test_envs_cut_short_by_a_signal_close_without_awaiting_their_workers():
+    """A step sent to async workers and never read back (a signal dropped the update): the
+    close terminates the workers at once, where Gymnasium's would wait for the step."""
+    import time
+
+    from gymnasium.vector import AsyncVectorEnv
+
+    from rltrans.envs.gym_vec import close_cut_short
+
+    envs = AsyncVectorEnv([SlowStep, SlowStep], context="fork")
+    envs.reset(seed=0)
+    envs.step_async(np.zeros(2, np.int64))
+    start = time.monotonic()
+    close_cut_short(envs)
+    assert time.monotonic() - start < 20
+    assert envs.closed and not any(p.is_alive() for p in envs.processes)
+    close_cut_short(envs)  # closing again does nothing
