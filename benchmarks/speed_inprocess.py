@@ -37,7 +37,7 @@ from common import ratio_median, table
 
 from rltrans.accel import Accel
 from rltrans.accel.acting import compiled_acting
-from rltrans.accel.run_speed import RunSpeed, SpeedSettings
+from rltrans.accel.rollout import device_rollout
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import load_config, to_container
@@ -90,8 +90,7 @@ class Setup:
         self.buffer = RolloutBuffer(algo.num_steps, envs, algo.segment_length, self.device)
         # as a training run does: the returns' scale only where algo.reward_scaling asks
         scaler = RewardScaler(envs, algo.gamma, self.device) if algo.reward_scaling else None
-        speed = RunSpeed(SpeedSettings(compile=False, rollout=rollout), self.device, 1)
-        path = speed.device_rollout(self.envs)
+        path = device_rollout(rollout, self.envs)
         self.actor = LocalActor(
             self.envs, model, seed=0, device=self.device, reward_scaler=scaler, rollout=path
         )

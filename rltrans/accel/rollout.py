@@ -121,7 +121,20 @@ def host_stats(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [tree_map(lambda x, t=t: x[t].numpy(), host) for t in range(len(steps))]
 
 
+def device_rollout(setting: str, envs: Any) -> DeviceRollout | None:
+    """The device rollout ``rollout=setting`` asks for with ``envs`` (None: the generic loop);
+    ValueError for ``device`` with an env that is not torch-native."""
+    if setting == "generic" or (setting == "auto" and not device_rollout_fits(envs)):
+        return None
+    if not device_rollout_fits(envs):
+        raise ValueError(
+            f"rollout=device needs a torch-native env (env.kind=torch), got "
+            f"{type(envs.unwrapped).__name__}; valid here: rollout=auto or rollout=generic"
+        )
+    return DeviceRollout(envs)
+
+
 __all__ = [
-    "ROLLOUTS", "DeviceRollout", "can_truncate", "device_rollout_fits", "episode_stats",
-    "host_stats",
+    "ROLLOUTS", "DeviceRollout", "can_truncate", "device_rollout", "device_rollout_fits",
+    "episode_stats", "host_stats",
 ]  # fmt: skip

@@ -25,7 +25,7 @@ from rltrans import distributed
 from rltrans.accel import Accel, draws_random
 from rltrans.accel.auto import AutoCompile, CompileOverBudget, Memory, deadline, workload_key
 from rltrans.accel.compile import _report
-from rltrans.accel.rollout import DeviceRollout, device_rollout_fits
+from rltrans.accel.rollout import DeviceRollout, device_rollout
 from rltrans.accel.threads import AUTO, ThreadTuner
 
 # compile=auto's expected compile time per chunk a training step unrolls: 8 chunks of 64
@@ -225,15 +225,7 @@ class RunSpeed:
 
     def device_rollout(self, envs: Any) -> DeviceRollout | None:
         """The device rollout ``rollout`` asks for with ``envs`` (None: the generic loop)."""
-        setting = self.settings.rollout
-        if setting == "generic" or (setting == "auto" and not device_rollout_fits(envs)):
-            return None
-        if not device_rollout_fits(envs):
-            raise ValueError(
-                f"rollout=device needs a torch-native env (env.kind=torch), got "
-                f"{type(envs.unwrapped).__name__}; valid here: rollout=auto or rollout=generic"
-            )
-        return DeviceRollout(envs)
+        return device_rollout(self.settings.rollout, envs)
 
     def act_through(self, actor: Any, agent: nn.Module) -> None:
         """Let ``actor`` act through ``agent``'s fastest acting step (compiled while

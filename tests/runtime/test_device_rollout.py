@@ -10,8 +10,13 @@ import torch
 import rltrans
 from rltrans.accel import Accel
 from rltrans.accel.capture import Captured
-from rltrans.accel.rollout import DeviceRollout, can_truncate, device_rollout_fits, host_stats
-from rltrans.accel.run_speed import RunSpeed, SpeedSettings
+from rltrans.accel.rollout import (
+    DeviceRollout,
+    can_truncate,
+    device_rollout,
+    device_rollout_fits,
+    host_stats,
+)
 from rltrans.agents.memory_agent import MemoryAgent
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import ConfigError
@@ -94,10 +99,6 @@ def test_host_stats_reads_each_step_back_as_numpy():
 
 
 def test_rollout_setting_chooses_and_refuses_by_name():
-    def device_rollout(setting, envs):
-        speed = RunSpeed(SpeedSettings(compile=False, rollout=setting), torch.device("cpu"), 1)
-        return speed.device_rollout(envs)
-
     torch_env = make_torch_env("tmaze", 2, length=3)
     gym_env = make_vector_env("CartPole-v1", 2, seed=0)
     try:
