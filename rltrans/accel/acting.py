@@ -31,6 +31,15 @@ class CompiledActing:
             raise ValueError(f"{type(agent).__name__} has no compilable acting step")
         self.agent = agent
         self.program = program if program is not None else AheadOfTime(agent.act_outputs, agent)
+        self._modes: dict[tuple[bool, torch.device], Tensor] = {}  # read-only program inputs
+
+    def _mode(self, deterministic: bool, device: torch.device) -> Tensor:
+        """``deterministic`` as the bool tensor the program takes (made once per device)."""
+        key = (bool(deterministic), device)
+        mode = self._modes.get(key)
+        if mode is None:
+            mode = self._modes[key] = torch.tensor(key[0], device=device)
+        return mode
 
     @torch.no_grad()
     def act(
@@ -38,15 +47,14 @@ class CompiledActing:
     ) -> tuple[ActOutput, Any]:
         """One step for N envs, as ``agent.act``."""
         state, inputs = self.agent.begin_step(state, done)
-        mode = torch.tensor(deterministic, device=done.device)
+        mode = self._mode(deterministic, done.device)
         return self.agent.end_step(state, self.program(obs, mode, *inputs))
 
     @torch.no_grad()
     def peek_value(self, obs: Any, state: Any) -> Tensor:
         """V(obs) as the next step of the current episodes, as ``agent.peek_value``."""
         _, inputs = self.agent.begin_step(state, None)  # without ``done`` nothing is written
-        mode = torch.tensor(True, device=self.agent.device)
-        return self.program(obs, mode, *inputs)[2]
+        return self.program(obs, self._mode(True, self.agent.device), *inputs)[2]
 
     def __getattr__(self, name: str) -> Any:
         # Only called for names this wrapper lacks: initial_state, observe, refresh_state...

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from rltrans.returns import gae, next_values_from
-from rltrans.types import PPOBatch, Segment, Tree, tree_map, tree_stack
+from rltrans.types import PPOBatch, Segment, Tree, tree_leaves, tree_map, tree_stack
 
 
 class RolloutBuffer:
@@ -74,6 +74,16 @@ class RolloutBuffer:
             self.rewards, self.values, next_values, self.terminated, self.truncated, gamma, lam
         )
 
+    def _memories_of(self, segments: Tensor, envs: Tensor) -> Tree:
+        """The memories of the minibatch's segments alone, gathered from the per-segment list
+        (stacking the whole list first would copy every memory of the rollout once per epoch)."""
+        return tree_stack(
+            [
+                tree_map(lambda m, e=e: m[e], self.memories[s])
+                for s, e in zip(segments.tolist(), envs.tolist(), strict=True)
+            ]
+        )
+
     def minibatches(
         self, num_minibatches: int, generator: torch.Generator | None = None
     ) -> Iterator[PPOBatch]:
@@ -84,6 +94,9 @@ class RolloutBuffer:
         gen_device = generator.device if generator is not None else "cpu"
         order = torch.randperm(count, generator=generator, device=gen_device).to(self.device)
         steps = torch.arange(self.segment_length, device=self.device)
+        # A memoryless backbone's memories hold no tensor (an MLP's are ()): nothing to
+        # gather, and the per-segment loop below was a tenth of an MLP's PPO update.
+        gather = bool(tree_leaves(self.memories[0]))
         for idx in order.tensor_split(num_minibatches):
             # Segment s = k * N + n holds steps k*L .. k*L + L - 1 of env n (segments
             # ordered segment-major): index the (T, N, ...) storage directly, so a minibatch copies
@@ -91,14 +104,7 @@ class RolloutBuffer:
             k, n = idx // self.num_envs, (idx % self.num_envs)[:, None]  # (B,), (B, 1)
             t = k[:, None] * self.segment_length + steps  # (B, L)
             starts = self.starts[t, n]
-            # The minibatch's memories alone, gathered from the per-segment list (stacking the
-            # whole list first would copy every memory of the rollout once per epoch).
-            memory = tree_stack(
-                [
-                    tree_map(lambda m, e=e: m[e], self.memories[s])
-                    for s, e in zip(k.tolist(), n[:, 0].tolist(), strict=True)
-                ]
-            )
+            memory = self._memories_of(k, n[:, 0]) if gather else self.memories[0]
             segment = Segment(
                 obs=tree_map(lambda x, t=t, n=n: x[t, n], self.obs),
                 actions=self.actions[t, n],

@@ -57,3 +57,19 @@ def test_minibatches_are_the_naive_segments_with_their_memory():
             assert torch.equal(batch.segment.memory[0][b], buf.memories[k][0][n])
             assert batch.segment.memory[1][b].item() == k * length
     assert sorted(seen) == [(k, n) for k in range(2) for n in range(envs)]
+
+
+def test_memoryless_minibatches_carry_the_empty_memory_and_the_same_segments():
+    """A memoryless backbone's memories (an MLP's ``()``) are not gathered: its minibatches
+    carry the recorded structure and are otherwise those of a buffer with memories."""
+    with_memory, without = filled_buffer(), filled_buffer()
+    without.memories = [() for _ in without.memories]
+    pairs = zip(
+        with_memory.minibatches(3, torch.Generator().manual_seed(4)),
+        without.minibatches(3, torch.Generator().manual_seed(4)),
+        strict=True,
+    )
+    for a, b in pairs:
+        assert b.segment.memory == ()
+        assert torch.equal(a.segment.obs["vector"], b.segment.obs["vector"])
+        assert torch.equal(a.log_probs, b.log_probs)
