@@ -342,13 +342,19 @@ class OfflineConfig:
     )
     eval_every: int = knob(
         5000,
-        "gradient steps between evaluations, each followed by a checkpoint; 0 = evaluate and "
-        "checkpoint only at the end",
+        "gradient steps between evaluations, each followed by a checkpoint; 0 = evaluate only "
+        "at the end",
+        low=0,
+    )
+    save_every: int = knob(
+        1000,
+        "gradient steps between checkpoints besides those after evaluations, so a killed run "
+        "loses at most this many; 0 = only after evaluations and at the end",
         low=0,
     )
     eval_episodes: int = knob(
         10,
-        "episodes per target return; 0 = no evaluation (checkpoint at the end)",
+        "episodes per target return; 0 = no evaluation (checkpoints as without it)",
         low=0,
         high=MAX_EPISODES,
     )

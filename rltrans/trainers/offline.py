@@ -7,6 +7,7 @@ dataset, build, then loop
     sample B windows of K steps -> agent.loss -> AdamW step (warmup, clip) -> log
     every eval_every steps: play every target return at once in ONE vector env of
     targets x eval_episodes sub-envs -> eval/return_target_<R> -> checkpoint
+    every save_every steps in between: checkpoint
 
 The dataset's statistics (state mean/std, return scale, timestep embedding size) live in the
 model's buffers and in the checkpoint's ``agent_kwargs``, so a checkpoint rebuilds its model
@@ -229,7 +230,7 @@ class OfflineTrainer(Trainer):
         self.results: list[TargetResult] = []
         self.totals: dict[str, torch.Tensor] = {}
         self.count, self.sample_s, self.learn_s, self.train_s, self.eval_s = 0, 0.0, 0.0, 0.0, 0.0
-        self.evaluated = False  # whether this update evaluated (and so saved)
+        self.saved = False  # whether this update saved (after an evaluation or on its own)
 
     def name(self) -> str:
         """<dataset>-<agent kind>."""
@@ -303,7 +304,8 @@ class OfflineTrainer(Trainer):
 
     def update(self) -> None:
         """One gradient step on B sampled windows; log every ``algo.log_every`` steps,
-        evaluate and checkpoint every ``algo.eval_every`` steps and at the end."""
+        evaluate and checkpoint every ``algo.eval_every`` steps and at the end, checkpoint
+        every ``algo.save_every`` steps."""
         algo, accel, learner = self.plan.algo, self.accel, self.learner
         t0 = time.perf_counter()
         batch = self.buffer.sample(algo.batch_size, self.sampler.rng, device=self.run.device)
@@ -323,10 +325,13 @@ class OfflineTrainer(Trainer):
         self.count, self.progress = self.count + 1, self.progress + 1
         if self.progress % algo.log_every == 0 or self.progress == self.total:
             self._log()
-        every = algo.eval_every  # evaluate and save every eval_every steps and at the end
-        self.evaluated = bool(every and self.progress % every == 0) or self.finished()
-        if self.evaluated:
+        every, save = algo.eval_every, algo.save_every  # evaluations save; at the end too
+        evaluating = bool(every and self.progress % every == 0) or self.finished()
+        self.saved = evaluating or bool(save and self.progress % save == 0)
+        if evaluating:
             self._evaluate_and_save()
+        elif self.saved:  # a killed run loses at most save_every steps
+            self._save()
         if self.bar is not None:
             self.bar.update(1)
 
@@ -382,8 +387,9 @@ class OfflineTrainer(Trainer):
             self.bar.update(0, ret=eval_metrics(self.results)["eval/return_mean"])
 
     def checkpoint(self, done: bool, stopping: bool) -> None:
-        """Save when stopping between evaluations (each evaluation saves its step)."""
-        if stopping and not self.evaluated:
+        """Save when stopping at a step that did not save (each evaluation saves its step, and
+        so does every ``algo.save_every``-th)."""
+        if stopping and not self.saved:
             self._save()
 
     def begin(self) -> None:

@@ -159,6 +159,29 @@ OFFLINE_TINY = {
 }
 
 
+def offline_killable(agent: str, dataset: str, *schedule: str) -> list[str]:
+    """A tiny 6-step offline run whose evaluations (one episode, target 40) step the killing
+    env; ``schedule``: its evaluation and checkpoint knobs."""
+    return [
+        f"agent={agent}",
+        f"dataset={dataset}",
+        "env=gym",
+        "env.id=CartPole-v1",
+        "env.num_envs=1",  # = targets x episodes, as the trainer saves it
+        f"env.kwargs={{max_episode_steps: {LIMIT}}}",
+        KILLER,
+        *OFFLINE_TINY[agent],
+        "algo.batch_size=8",
+        "algo.log_every=1",
+        *schedule,
+        "algo.eval_episodes=1",
+        f"algo.eval_targets=[{LIMIT}]",
+        "progress=false",
+        "torch_threads=1",
+        "train_steps=6",
+    ]
+
+
 @pytest.mark.parametrize("agent", ["dt", "bc"])
 def test_offline_sigkill_between_checkpoints_then_resume_equals_an_uninterrupted_run(
     agent, dataset, tmp_path, capsys
@@ -167,24 +190,7 @@ def test_offline_sigkill_between_checkpoints_then_resume_equals_an_uninterrupted
     # a checkpoint every 2 steps. The evaluation env carries the killer: the killed run dies
     # on the first env step of its second evaluation (step 4), after its first checkpoint
     # (step 2) and after logging the losses of steps 3 and 4.
-    args = [
-        f"agent={agent}",
-        f"dataset={dataset}",
-        "env=gym",
-        "env.id=CartPole-v1",
-        "env.num_envs=1",  # = targets x episodes, as the trainer saves it (see below)
-        f"env.kwargs={{max_episode_steps: {LIMIT}}}",
-        KILLER,
-        *OFFLINE_TINY[agent],
-        "algo.batch_size=8",
-        "algo.log_every=1",
-        "algo.eval_every=2",
-        "algo.eval_episodes=1",
-        f"algo.eval_targets=[{LIMIT}]",
-        "progress=false",
-        "torch_threads=1",
-        "train_steps=6",
-    ]
+    args = offline_killable(agent, dataset, "algo.eval_every=2")
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     assert train_main([*args, f"run_dir={whole}"]) == 0
     capsys.readouterr()
@@ -205,6 +211,27 @@ def test_offline_sigkill_between_checkpoints_then_resume_equals_an_uninterrupted
     assert train_main([*args, f"run_dir={killed}", "resume=true"]) == 0
     assert summary_line(capsys.readouterr().out)["train_steps"] == 6
     assert_same_run(killed, whole, checkpoint_step=2)
+
+
+def test_offline_sigkill_in_a_run_that_evaluates_only_at_its_end_loses_at_most_save_every(
+    dataset, tmp_path, capsys
+):
+    # 6 gradient steps, evaluated only at the end (algo.eval_every=0), a checkpoint every 2
+    # steps (algo.save_every=2). The killed run dies on the first env step of its final
+    # evaluation: its newest checkpoint is step 4, and the resumed run redoes steps 5 and 6.
+    args = offline_killable("dt", dataset, "algo.eval_every=0", "algo.save_every=2")
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    assert train_main([*args, f"run_dir={whole}"]) == 0
+    capsys.readouterr()
+    minari = {"MINARI_DATASETS_PATH": os.environ["MINARI_DATASETS_PATH"]}
+    run_killed([*args, f"run_dir={killed}"], kill_at=1, cwd=tmp_path, extra_env=minari)
+    assert load_checkpoint(killed / "checkpoints" / "last.pt")["global_step"] == 4
+    assert [s for s, _ in scalars(killed)["losses/action"]] == [1, 2, 3, 4, 5, 6]
+
+    wait_for_a_new_second(killed)
+    assert train_main([*args, f"run_dir={killed}", "resume=true"]) == 0
+    assert summary_line(capsys.readouterr().out)["train_steps"] == 6
+    assert_same_run(killed, whole, checkpoint_step=4)
 
 
 def test_offline_resume_with_the_original_command_line_is_accepted(dataset, tmp_path, capsys):
