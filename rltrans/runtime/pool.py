@@ -33,6 +33,7 @@ from torch import Tensor
 
 from rltrans.accel.threads import AUTO
 from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.envs.gym_vec import close_cut_short
 from rltrans.runtime.actors import LocalActor
 
 
@@ -62,7 +63,9 @@ class ActorPool(Protocol):
 
     def restart_envs(self, seed: int) -> None: ...  # fresh episodes (after checkpoints)
 
-    def close(self) -> None: ...
+    # cut_short: after a signal, which may have cut a call to an env short (see
+    # rltrans.envs.gym_vec.close_cut_short); remote pools stop their actors either way.
+    def close(self, cut_short: bool = False) -> None: ...
 
 
 def plain(cfg: Any) -> dict[str, Any]:
@@ -178,7 +181,8 @@ class LocalPool:
             actor.restart(seed=actor_seed(seed, i, self.num_envs))
         self.next_actor = 0
 
-    def close(self) -> None:
-        """Close every actor's envs."""
+    def close(self, cut_short: bool = False) -> None:
+        """Close every actor's envs; ``cut_short`` (after a signal): without awaiting a call
+        the signal may have cut short (an async env's workers are terminated)."""
         for e in self.envs:
-            e.close()
+            close_cut_short(e) if cut_short else e.close()

@@ -471,8 +471,9 @@ class RemotePool:
         """Process ids of the actors (None while one is unknown or being replaced)."""
         return [None if a is None else a.pid for a in self._actors]
 
-    def close(self) -> None:
-        """Stop every actor and free the transport. Idempotent."""
+    def close(self, cut_short: bool = False) -> None:
+        """Stop every actor and free the transport. Idempotent. ``cut_short`` changes
+        nothing: actors that do not stop when asked are terminated, never awaited."""
         if self._closed:
             return
         self._closed = True

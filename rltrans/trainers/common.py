@@ -18,6 +18,7 @@ from rltrans.config import to_container
 from rltrans.config.plan import RunPlan
 from rltrans.config.run_settings import RunSettings
 from rltrans.envs import make_env
+from rltrans.envs.gym_vec import close_cut_short
 from rltrans.learners.settings import ImpalaConfig, PPOConfig
 from rltrans.run.context import restoring
 from rltrans.run.logging import MetricLogger
@@ -202,10 +203,11 @@ class PeriodicEvaluation:
         ``eval_success_rate`` (where reported); empty before the first."""
         return {SUMMARY_KEYS[tag]: value for tag, value in self.last.items()}
 
-    def close(self) -> None:
-        """Close the evaluation env."""
+    def close(self, cut_short: bool = False) -> None:
+        """Close the evaluation env; ``cut_short`` (after a signal, which may have stopped an
+        evaluation mid-step): without awaiting its async workers."""
         if self.envs is not None:
-            self.envs.close()
+            close_cut_short(self.envs) if cut_short else self.envs.close()
             self.envs = None
 
 

@@ -35,6 +35,7 @@ from rltrans.accel.run_speed import ACTING, LEARNER, RunSpeed
 from rltrans.config.plan import RunPlan
 from rltrans.config.run_settings import LocalRuntime
 from rltrans.envs import make_env
+from rltrans.envs.gym_vec import close_cut_short
 from rltrans.learners import ImpalaLearner
 from rltrans.run.context import Run, seed_everything
 from rltrans.run.logging import EpisodeTracker
@@ -307,14 +308,16 @@ class ImpalaTrainer(OnlineTrainer):
                 scaler.returns.zero_()
 
     def close(self, status: str) -> None:
-        """Stop the actors (as at a normal finish), close the envs."""
+        """Stop the actors (as at a normal finish), close the envs (after a signal, without
+        awaiting a call to them the signal may have cut short)."""
+        cut_short = status == "interrupted"
         if hasattr(self, "pool"):
-            self.pool.close()
+            self.pool.close(cut_short)
         else:  # build stopped before the pool took the envs over
             for envs in getattr(self, "envs", ()):
-                envs.close()
+                close_cut_short(envs) if cut_short else envs.close()
         if hasattr(self, "evaluation"):
-            self.evaluation.close()
+            self.evaluation.close(cut_short)
         if status == "interrupted":  # torchrun stops every process once one exits: rank 0
             distributed.barrier()  # has written its checkpoint and closed before any exits
 

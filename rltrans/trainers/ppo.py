@@ -132,12 +132,13 @@ class PPOTrainer(OnlineTrainer):
             self.actor.restart(seed=settings.seed + state.update)
 
     def close(self, status: str) -> None:
-        """Close the training and evaluation envs (after a signal, the training envs' workers
-        are terminated, not awaited: the signal may have cut a call to them short)."""
+        """Close the training and evaluation envs (after a signal, their async workers are
+        terminated, not awaited: the signal may have cut a call to them short)."""
+        cut_short = status == "interrupted"
         if hasattr(self, "envs"):
-            close_cut_short(self.envs) if status == "interrupted" else self.envs.close()
+            close_cut_short(self.envs) if cut_short else self.envs.close()
         if hasattr(self, "evaluation"):
-            self.evaluation.close()
+            self.evaluation.close(cut_short)
 
 
 def train_ppo(plan: RunPlan, callbacks: Callbacks | None = None) -> dict[str, Any]:
