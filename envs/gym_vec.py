@@ -310,14 +310,14 @@ def make_vector_env(
     return envs
 
 
-def close_cut_short(envs: VectorEnv) -> None:
-    """Close ``envs`` after a signal cut one of its calls short. An async vector env's workers
-    are terminated, not asked to close: the signal may have stopped the main process between
-    sending a step to some workers and reading their replies, or in the middle of reading one
-    (the pipe then never yields a whole message), and Gymnasium's close would wait for that
-    step forever."""
+def close_envs(envs: VectorEnv, *, cut_short: bool = False) -> None:
+    """Close ``envs``; ``cut_short``: after a signal, which may have cut one of its calls short.
+    Then an async vector env's workers are terminated, not asked to close: the signal may have
+    stopped the main process between sending a step to some workers and reading their replies,
+    or in the middle of reading one (the pipe then never yields a whole message), and
+    Gymnasium's close would wait for that step forever."""
     base = envs.unwrapped
-    if isinstance(base, AsyncVectorEnv) and not base.closed:
+    if cut_short and isinstance(base, AsyncVectorEnv) and not base.closed:
         for process in base.processes:
             if process.is_alive():
                 process.terminate()

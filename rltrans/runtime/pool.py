@@ -33,7 +33,7 @@ from torch import Tensor
 
 from rltrans.accel.threads import AUTO
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.envs.gym_vec import close_cut_short
+from rltrans.envs.gym_vec import close_envs
 from rltrans.runtime.actors import LocalActor
 
 
@@ -64,7 +64,7 @@ class ActorPool(Protocol):
     def restart_envs(self, seed: int) -> None: ...  # fresh episodes (after checkpoints)
 
     # cut_short: after a signal, which may have cut a call to an env short (see
-    # rltrans.envs.gym_vec.close_cut_short); remote pools stop their actors either way.
+    # rltrans.envs.gym_vec.close_envs); remote pools stop their actors either way.
     def close(self, cut_short: bool = False) -> None: ...
 
 
@@ -185,4 +185,4 @@ class LocalPool:
         """Close every actor's envs; ``cut_short`` (after a signal): without awaiting a call
         the signal may have cut short (an async env's workers are terminated)."""
         for e in self.envs:
-            close_cut_short(e) if cut_short else e.close()
+            close_envs(e, cut_short=cut_short)

@@ -18,7 +18,7 @@ from rltrans.config import to_container
 from rltrans.config.plan import RunPlan
 from rltrans.config.run_settings import RunSettings
 from rltrans.envs import make_env
-from rltrans.envs.gym_vec import close_cut_short
+from rltrans.envs.gym_vec import close_envs
 from rltrans.learners.settings import ImpalaConfig, PPOConfig
 from rltrans.run.context import restoring
 from rltrans.run.logging import MetricLogger
@@ -207,7 +207,7 @@ class PeriodicEvaluation:
         """Close the evaluation env; ``cut_short`` (after a signal, which may have stopped an
         evaluation mid-step): without awaiting its async workers."""
         if self.envs is not None:
-            close_cut_short(self.envs) if cut_short else self.envs.close()
+            close_envs(self.envs, cut_short=cut_short)
             self.envs = None
 
 

@@ -35,7 +35,7 @@ from rltrans.accel.run_speed import ACTING, LEARNER, RunSpeed
 from rltrans.config.plan import RunPlan
 from rltrans.config.run_settings import LocalRuntime
 from rltrans.envs import make_env
-from rltrans.envs.gym_vec import close_cut_short
+from rltrans.envs.gym_vec import close_envs
 from rltrans.learners import ImpalaLearner
 from rltrans.run.context import Run, seed_everything
 from rltrans.run.logging import EpisodeTracker
@@ -315,7 +315,7 @@ class ImpalaTrainer(OnlineTrainer):
             self.pool.close(cut_short)
         else:  # build stopped before the pool took the envs over
             for envs in getattr(self, "envs", ()):
-                close_cut_short(envs) if cut_short else envs.close()
+                close_envs(envs, cut_short=cut_short)
         if hasattr(self, "evaluation"):
             self.evaluation.close(cut_short)
         if status == "interrupted":  # torchrun stops every process once one exits: rank 0

@@ -32,7 +32,7 @@ from rltrans.config.keys import MAX_LENGTH, MAX_SPACE_SIZE, MAX_STEPS
 from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_resources, wrapper_problems
 from rltrans.envs import make_env
-from rltrans.envs.gym_vec import close_cut_short
+from rltrans.envs.gym_vec import close_envs
 from rltrans.envs.offline import (
     DATASET_KINDS,
     DatasetError,
@@ -402,7 +402,7 @@ class OfflineTrainer(Trainer):
         """Close the evaluation env (after a signal, which may have stopped an evaluation
         mid-step, without awaiting its async workers)."""
         if self.envs is not None:
-            close_cut_short(self.envs) if status == "interrupted" else self.envs.close()
+            close_envs(self.envs, cut_short=status == "interrupted")
 
     def summary(self, status: str) -> dict[str, Any]:
         """status, dataset, gradient steps, loss, speed, and the return of every target."""

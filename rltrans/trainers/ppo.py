@@ -21,7 +21,7 @@ from rltrans.accel.run_speed import ACTING, LEARNER, RunSpeed
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config.plan import RunPlan
 from rltrans.envs import make_env
-from rltrans.envs.gym_vec import close_cut_short
+from rltrans.envs.gym_vec import close_envs
 from rltrans.learners import PPOLearner
 from rltrans.run.context import Run
 from rltrans.run.logging import EpisodeTracker
@@ -136,7 +136,7 @@ class PPOTrainer(OnlineTrainer):
         terminated, not awaited: the signal may have cut a call to them short)."""
         cut_short = status == "interrupted"
         if hasattr(self, "envs"):
-            close_cut_short(self.envs) if cut_short else self.envs.close()
+            close_envs(self.envs, cut_short=cut_short)
         if hasattr(self, "evaluation"):
             self.evaluation.close(cut_short)
 

@@ -275,13 +275,13 @@ def test_envs_cut_short_by_a_signal_close_without_awaiting_their_workers():
 
     from gymnasium.vector import AsyncVectorEnv
 
-    from rltrans.envs.gym_vec import close_cut_short
+    from rltrans.envs.gym_vec import close_envs
 
     envs = AsyncVectorEnv([SlowStep, SlowStep], context="fork")
     envs.reset(seed=0)
     envs.step_async(np.zeros(2, np.int64))
     start = time.monotonic()
-    close_cut_short(envs)
+    close_envs(envs, cut_short=True)
     assert time.monotonic() - start < 20
     assert envs.closed and not any(p.is_alive() for p in envs.processes)
-    close_cut_short(envs)  # closing again does nothing
+    close_envs(envs, cut_short=True)  # closing again does nothing
