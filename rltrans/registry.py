@@ -125,7 +125,7 @@ def _refuse_targets(value: Any, path: str) -> None:
 
 
 # Agent config keys that the run plan reads and no agent class is given: ``horizon`` sizes
-# the memory and the training segments before the agent is built (rltrans.trainers.horizon).
+# the memory and the training segments before the agent is built (rltrans.api.horizon).
 PLAN_KNOBS = ("horizon",)
 
 

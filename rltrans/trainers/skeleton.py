@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import sys
 import time
 from typing import Any
 
@@ -50,7 +51,6 @@ from rltrans.run.logging import MetricLogger
 from rltrans.run.progress import ProgressBar
 from rltrans.run.saved_state import restore_payload
 from rltrans.trainers.common import Callbacks, CompileOverBudget, PeriodicEvaluation, logger_and_bar
-from rltrans.trainers.horizon import report_horizon
 from rltrans.trainers.stop import StopNow, StopSignals
 
 # The state is copied before an update, so that a stop signal can drop the update, where
@@ -167,7 +167,8 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Run the plan to its end, a stop or a non-finite loss; returns the summary."""
         run = self.run = Run.start(self.plan, name=self.name(), multi_process=self.multi_process)
-        report_horizon(self.plan.horizon_note)  # what agent.horizon fitted
+        if self.plan.horizon_note is not None and run.world.is_main:
+            print(self.plan.horizon_note, file=sys.stderr, flush=True)  # agent.horizon's fit
         status, stop, failing = "finished", StopSignals(), True
         self.logger: MetricLogger | None = None
         try:

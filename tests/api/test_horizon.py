@@ -4,10 +4,10 @@ import pytest
 import yaml
 
 from rltrans import evaluate, train
+from rltrans.api import horizon
+from rltrans.api.horizon import fit_horizon, observed_length, spanning_segment
 from rltrans.config import load_config
 from rltrans.run.resume import override_keys
-from rltrans.trainers import horizon
-from rltrans.trainers.horizon import fit_horizon, observed_length, spanning_segment
 from tests.helpers.user_envs import EPISODES_ID
 
 
@@ -239,8 +239,6 @@ def test_popgyms_originals_are_fitted_as_their_torch_twins():
 def test_the_fit_itself_builds_no_env():
     """Only ``auto`` reads the env (one probe copy, in the plan); the fit to a distance is a
     pure function of the config: an env id that does not exist is never looked up."""
-    from rltrans.trainers import horizon
-
     cfg = load_config(["env=gym", "env.id=NoSuchEnv-v0", "agent.horizon=300"], "train")
     fitted_cfg = horizon.fitted(cfg.copy(), 300)
     assert fitted_cfg.agent.horizon == 300 and fitted_cfg.agent.long_memory == "mixed"

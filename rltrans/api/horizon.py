@@ -29,12 +29,13 @@ spaces and time limit, never how it should be learned. For a horizon of D steps:
 Nothing else is lowered, and a value given on the command line stays. The resolved values are
 what the run saves (config.yaml and checkpoints), so resume and evaluation rebuild the same
 agent. The measurements behind these rules are in benchmarks/RESULTS.md.
+
+It is a step of :func:`rltrans.api.resolve`, before the plan is final: the trainers read
+the plan it fitted, never the config.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Collection
 from typing import Any
 
@@ -191,9 +192,3 @@ def horizon_note(cfg: DictConfig) -> str | None:
     if beyond and "num_steps" in algo:
         settings += [f"algo.num_steps={algo.num_steps}", f"agent.chunk={agent.get('chunk')}"]
     return f"agent.horizon={agent.horizon} steps: {', '.join(settings)}"
-
-
-def report_horizon(note: str | None) -> None:
-    """Print a plan's :func:`horizon_note` on stderr (rank 0), once the run has started."""
-    if note is not None and int(os.environ.get("RANK", "0")) == 0:
-        print(note, file=sys.stderr, flush=True)

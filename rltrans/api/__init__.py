@@ -35,10 +35,10 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     """The plan of a composed, checked config (:func:`rltrans.config.load_config`) and the
     command line it came from: horizon fit, resume merge and trust checks, resource
     estimate, trainer choice, each made here once."""
+    from rltrans.api.horizon import fit_horizon, horizon_note
     from rltrans.config.applies import inapplicable
     from rltrans.config.resources import check_resources
     from rltrans.run.resume import override_keys, settled_config
-    from rltrans.trainers.horizon import fit_horizon, horizon_note
 
     # agent.horizon before a resume too, so the command line it repeats compares equal to
     # the fitted config the run saved.

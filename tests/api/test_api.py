@@ -9,9 +9,9 @@ from omegaconf.errors import ReadonlyConfigError
 
 import rltrans
 from rltrans.api import _overrides, resolve
+from rltrans.api.horizon import time_limit
 from rltrans.config import ConfigError, load_config
 from rltrans.train import main as train_main
-from rltrans.trainers.horizon import time_limit
 from tests.helpers.cli import TINY_PPO, summary_line
 
 # Numbers a run prints that depend on time or place, not on what it learned.
