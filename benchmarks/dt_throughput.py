@@ -126,8 +126,8 @@ def rltrans_runner(args, device, name: str = "rltrans", **options) -> Runner:
 
 
 class TrainerRunner(Runner):
-    """rltrans' offline trainer step: :class:`rltrans.learners.Learner` (parameters as views of
-    one flat tensor, one fused AdamW op) on the eager or the compiled loss (``compile=true``,
+    """rltrans' offline trainer step: :class:`rltrans.learners.Learner` (fused AdamW, the
+    clipping and the schedule) on the eager or the compiled loss (``compile=true``,
     and what ``compile=auto`` picks for any run long enough to pay the compile back)."""
 
     def __init__(self, name: str, runner: Runner, compile: bool) -> None:

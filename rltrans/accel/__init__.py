@@ -8,7 +8,6 @@
   from a CUDA graph;
 * :mod:`~rltrans.accel.threads` — ``torch_threads=auto``: thread counts and streams chosen
   by timing the run's own calls;
-* :mod:`~rltrans.accel.flat` — a CPU model's parameters as views of one flat tensor;
 * :mod:`~rltrans.accel.chunks` — a minibatch's gradient in parts (``algo.chunk_obs_mb``)
   or in parts side by side (streams);
 * :mod:`~rltrans.accel.run_speed` — all of these for one run, made in one call from its
@@ -16,9 +15,9 @@
 
 A learner holds one :class:`Accel` and asks it for what to run: ``program(loss_fn)`` (the
 loss as it should run now, eager or compiled), ``gradient(loss_fn, batch, learner)`` (a
-minibatch's gradient, whole or in parts), ``step()`` (the context that sets and times the
-thread plan) and ``trainable(model)`` (the parameters its optimizer trains). The learner
-knows nothing of how any of these is made fast. Only public PyTorch APIs are used here.
+minibatch's gradient, whole or in parts) and ``step()`` (the context that sets and times the
+thread plan). The learner knows nothing of how any of these is made fast. Only public
+PyTorch APIs are used here.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from rltrans.accel.acting import CompiledActing, captured_acting, compiled_actin
 from rltrans.accel.auto import AutoCompile, CompileOverBudget, deadline, workload_key
 from rltrans.accel.chunks import LossFn, Parts, more_parts, part_count
 from rltrans.accel.compile import AheadOfTime, _report, compiled
-from rltrans.accel.flat import FlatParameters, PerTensor, trainable
 from rltrans.accel.threads import AUTO, Plan, ThreadTuner, set_threads, tuned
 from rltrans.core.dropout import Dropout
 
@@ -43,7 +41,7 @@ T = TypeVar("T")
 __all__ = [
     "AUTO", "Accel", "AheadOfTime", "AutoCompile", "CompileOverBudget", "CompiledActing",
     "Plan", "ThreadTuner", "compiled", "compiled_acting", "deadline",
-    "draws_random", "set_threads", "trainable", "workload_key",
+    "draws_random", "set_threads", "workload_key",
 ]  # fmt: skip
 
 
@@ -67,11 +65,6 @@ class Accel:
         self._compiled_acting: dict[tuple[int, bool, bool], CompiledActing | None] = {}
 
     # ---------------------------------------------------------------- what the learner asks
-    @staticmethod
-    def trainable(model: nn.Module) -> FlatParameters | PerTensor:
-        """The parameters an optimizer trains (flat on CPU, see :mod:`rltrans.accel.flat`)."""
-        return trainable(model)
-
     def step(self) -> contextlib.AbstractContextManager:
         """Context for one learner step: sets (and while measuring, times) the thread plan."""
         return tuned(self.threads)

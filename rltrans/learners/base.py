@@ -2,9 +2,8 @@
 checks and the gradient average over learner processes.
 
 A learner knows no environment and no process: it receives batches and returns metrics.
-How its steps are made fast (compiled programs, thread plans, flat parameters, minibatches
-in parts) is its :class:`~rltrans.accel.Accel`'s business; the learner only asks it for the
-program to run and the parameters to train.
+How its steps are made fast (compiled programs, thread plans, minibatches in parts) is its
+:class:`~rltrans.accel.Accel`'s business; the learner only asks it for the program to run.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from torch import Tensor, nn
 
 from rltrans import distributed
 from rltrans.accel import Accel
+from rltrans.learners.flat_state import per_parameter_state
 from rltrans.learners.settings import OptimizerConfig
 from rltrans.types import Aux
 
@@ -84,11 +84,11 @@ class Learner:
     ) -> None:
         self.model = model
         self.accel = accel or Accel()
-        self.params = self.accel.trainable(model)
+        self.params = list(model.parameters())  # what the optimizer trains
         self.max_grad_norm = optim.max_grad_norm
         # fused=True: one kernel for all parameters instead of a loop of small ops per tensor.
         self.optimizer = torch.optim.AdamW(
-            self.params.tensors,
+            self.params,
             lr=optim.lr,
             eps=optim.eps,
             weight_decay=optim.weight_decay,
@@ -133,7 +133,7 @@ class Learner:
                 f"the weights change"
             )
         if first:
-            self.params.zero_grad(self.optimizer)
+            self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
 
     def gradients(self, loss: Tensor) -> tuple[Tensor | None, ...] | None:
@@ -163,10 +163,9 @@ class Learner:
     def apply_gradients(self) -> Tensor:
         """Average over learner processes, clip and step on the summed gradients; returns the
         pre-clip gradient norm."""
-        self.params.sync()
-        distributed.all_reduce_grads_(self.params.tensors)
+        distributed.all_reduce_grads_(self.params)
         self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.params.tensors if p.grad is not None]
+        params = [p for p in self.params if p.grad is not None]
         max_norm = self.max_grad_norm if self.max_grad_norm else float("inf")
         norm = nn.utils.clip_grad_norm_(params, max_norm)
         if not torch.isfinite(norm) and not self.scaler.is_enabled():
@@ -193,14 +192,14 @@ class Learner:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved (an optimizer state saved per parameter, e.g.
-        on CUDA, converts to the flat layout on CPU, and back)."""
+        """Restore what :meth:`state_dict` saved (an optimizer state an earlier release saved
+        for one flat parameter, as its CPU runs did, is split up per parameter)."""
         try:
-            saved = self.params.optimizer_state(state["optimizer"])
+            saved = per_parameter_state(state["optimizer"], [p.shape for p in self.params])
         except (KeyError, IndexError, RuntimeError):  # another model's moments
             first = state["optimizer"]["state"].get(0, {})
             shapes = ", ".join(f"{k} {tuple(getattr(v, 'shape', ()))}" for k, v in first.items())
-            size = sum(p.numel() for p in self.params.tensors)
+            size = sum(p.numel() for p in self.params)
             raise ValueError(
                 f"learner.optimizer.state does not fit this model's {size} trained values "
                 f"(its first entry: {shapes})"

@@ -45,7 +45,7 @@ class ImpalaLearner(Learner):
             # RMSProp as in the paper (torch adds eps outside the square root, TF inside).
             schedule = self.scheduler.lr_lambdas[0]
             self.optimizer = torch.optim.RMSprop(
-                self.params.tensors,
+                self.params,
                 lr=impala.lr,
                 alpha=impala.rmsprop_alpha,
                 eps=impala.rmsprop_eps,
