@@ -24,6 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rltrans.accel.run_speed import SpeedSettings
 from rltrans.config import ConfigError, config_groups, load_config, to_container
 from rltrans.config.plan import TRAINER_KINDS, RunPlan
 from rltrans.config.run_settings import RunSettings, runtime_settings
@@ -59,7 +60,36 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
         raise ConfigError(str(err)) from None
     OmegaConf.set_readonly(cfg, True)
     run = RunSettings.from_config(cfg)
-    return RunPlan(cfg, kind, algo, run, runtime, tuple(overrides), horizon_note(cfg))
+    speed = speed_settings(cfg, run, algo)
+    return RunPlan(cfg, kind, algo, run, runtime, tuple(overrides), horizon_note(cfg), speed)
+
+
+def speed_settings(cfg: DictConfig, run: RunSettings, algo: Any) -> SpeedSettings:
+    """A plan's speed settings: ``compile``, ``torch_threads``, ``rollout``,
+    ``algo.chunk_obs_mb`` and what the compiled programs depend on (a later run of the same
+    workload on this machine reuses ``compile=auto``'s decision: the budget, the seeds and
+    the evaluation settings do not change the programs)."""
+    sections = {k: to_container(cfg[k]) for k in ("agent", "algo", "env") if k in cfg}
+    sections["dataset"] = run.dataset
+    sections["algo"] = {k: v for k, v in sections.get("algo", {}).items() if "eval" not in k}
+    return SpeedSettings(
+        compile=run.compile,
+        torch_threads=run.torch_threads,
+        rollout=run.rollout,
+        chunk_obs_mb=getattr(algo, "chunk_obs_mb", None),
+        workload=sections,
+        unrolled_chunks=unrolled_chunks(cfg),
+    )
+
+
+def unrolled_chunks(cfg: DictConfig) -> int:
+    """How many chunks a compiled training step unrolls (``agent.chunk`` within
+    ``algo.segment_length``; 1 without); compile=auto expects
+    :data:`~rltrans.accel.run_speed.CHUNK_COMPILE_SECONDS` of compilation for each."""
+    chunk, length = cfg.agent.get("chunk"), cfg.algo.get("segment_length")
+    if not chunk or not length:
+        return 1
+    return max(1, -(-int(length) // int(chunk)))
 
 
 def plan(*overrides: str, **options: Any) -> RunPlan:

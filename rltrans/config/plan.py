@@ -4,11 +4,12 @@ whole by the trainer below it, which never reads the command line again."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from omegaconf import DictConfig
 
+from rltrans.accel.run_speed import SpeedSettings
 from rltrans.config.compose import to_container
 from rltrans.config.run_settings import RunSettings, RuntimeSettings
 from rltrans.learners.settings import AlgoConfig
@@ -29,6 +30,8 @@ class RunPlan:
     IMPALA's actors run, typed (``LocalRuntime``, ``ProcessRuntime`` or ``RayRuntime``).
     ``overrides``: the command line it was resolved from. ``horizon_note``: what
     ``agent.horizon`` fitted, printed when the run starts (None: nothing fitted).
+    ``speed``: what the trainer's :class:`~rltrans.accel.run_speed.RunSpeed` is made from
+    (the speed modes, and the workload ``compile=auto`` remembers its choice under).
     """
 
     config: DictConfig
@@ -38,6 +41,7 @@ class RunPlan:
     runtime: RuntimeSettings
     overrides: tuple[str, ...]
     horizon_note: str | None = None
+    speed: SpeedSettings = field(default_factory=SpeedSettings)
 
     @property
     def command(self) -> str:

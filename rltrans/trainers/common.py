@@ -13,7 +13,6 @@ import torch
 from omegaconf import DictConfig
 
 from rltrans.accel.auto import CompileOverBudget
-from rltrans.accel.run_speed import SpeedSettings
 from rltrans.config import to_container
 from rltrans.config.plan import RunPlan
 from rltrans.config.run_settings import RunSettings
@@ -98,35 +97,6 @@ class TrainerState:
             for name, part in self.parts.items():
                 if saved.get(name) is not None:
                     part.load_state_dict(saved[name])
-
-
-def speed_settings(plan: RunPlan) -> SpeedSettings:
-    """The plan's speed settings: ``compile``, ``torch_threads``, ``rollout``,
-    ``algo.chunk_obs_mb`` and what the compiled programs depend on (a later run of the same
-    workload on this machine reuses ``compile=auto``'s decision: the budget, the seeds and
-    the evaluation settings do not change the programs)."""
-    cfg, run = plan.config, plan.run
-    sections = {k: to_container(cfg[k]) for k in ("agent", "algo", "env") if k in cfg}
-    sections["dataset"] = run.dataset
-    sections["algo"] = {k: v for k, v in sections.get("algo", {}).items() if "eval" not in k}
-    return SpeedSettings(
-        compile=run.compile,
-        torch_threads=run.torch_threads,
-        rollout=run.rollout,
-        chunk_obs_mb=getattr(plan.algo, "chunk_obs_mb", None),
-        workload=sections,
-        unrolled_chunks=unrolled_chunks(cfg),
-    )
-
-
-def unrolled_chunks(cfg: DictConfig) -> int:
-    """How many chunks a compiled training step unrolls (``agent.chunk`` within
-    ``algo.segment_length``; 1 without); compile=auto expects
-    :data:`~rltrans.accel.run_speed.CHUNK_COMPILE_SECONDS` of compilation for each."""
-    chunk, length = cfg.agent.get("chunk"), cfg.algo.get("segment_length")
-    if not chunk or not length:
-        return 1
-    return max(1, -(-int(length) // int(chunk)))
 
 
 def logger_and_bar(
@@ -219,5 +189,4 @@ __all__ = [
     "TrainerState",
     "logger_and_bar",
     "run_name",
-    "speed_settings",
 ]

@@ -45,7 +45,6 @@ from rltrans.trainers.common import (
     Callbacks,
     TrainerState,
     run_name,
-    speed_settings,
 )
 from rltrans.trainers.skeleton import OnlineTrainer
 
@@ -170,7 +169,7 @@ class ImpalaTrainer(OnlineTrainer):
         # torch_threads=auto tunes the learner (and runtime=local's in-process acting); actor
         # processes use one thread, and so does every learner process under torchrun.
         calls = () if world.distributed else (LEARNER, ACTING) if local else (LEARNER,)
-        self.speed = speed = RunSpeed(speed_settings(self.plan), device, updates, calls=calls)
+        self.speed = speed = RunSpeed(self.plan.speed, device, updates, calls=calls)
         self.build_learner(ImpalaLearner, updates, speed.accel)
         self.progress = run.resume(agent, self.learner, self.spaces)
         self.scalers = None

@@ -53,7 +53,6 @@ from rltrans.trainers.common import (
     EVAL_SEED_OFFSET,
     Callbacks,
     TrainerState,
-    speed_settings,
 )
 from rltrans.trainers.skeleton import Trainer
 
@@ -264,7 +263,7 @@ class OfflineTrainer(Trainer):
         self.total = train_steps = settings.train_steps
         # compile: the agent's loss (forward and backward) through torch.compile; auto decides
         # from the first 20 gradient steps (an "update" is one step here).
-        self.speed = RunSpeed(speed_settings(plan), device, train_steps, measure=20)
+        self.speed = RunSpeed(plan.speed, device, train_steps, measure=20)
         self.accel = accel = self.speed.accel
         optim = algo.optim
         warmup = min(optim.warmup_updates, int(WARMUP_CAP * train_steps))

@@ -30,7 +30,6 @@ from rltrans.trainers.common import (
     Callbacks,
     TrainerState,
     run_name,
-    speed_settings,
 )
 from rltrans.trainers.skeleton import OnlineTrainer
 
@@ -53,7 +52,7 @@ class PPOTrainer(OnlineTrainer):
         updates = run.whole_updates(self.steps_per_update, "algo.num_steps x env.num_envs")
         self.total = updates * self.steps_per_update
         self.speed = speed = RunSpeed(
-            speed_settings(self.plan), device, updates, calls=(LEARNER, ACTING), streams_for=agent
+            self.plan.speed, device, updates, calls=(LEARNER, ACTING), streams_for=agent
         )
         self.build_learner(PPOLearner, updates, speed.accel)
         self.progress = run.resume(agent, self.learner, self.spaces)

@@ -15,6 +15,7 @@ from rltrans.accel.compile import AheadOfTime, _load, _package_path
 from rltrans.accel.run_speed import CHUNK_COMPILE_SECONDS
 from rltrans.accel.threads import ThreadTuner
 from rltrans.agents.memory_agent import MemoryAgent
+from rltrans.api import unrolled_chunks
 from rltrans.buffers.rollout import RolloutBuffer
 from rltrans.config import load_config
 from rltrans.envs import make_env
@@ -23,7 +24,6 @@ from rltrans.registry import build_agent
 from rltrans.run.checkpoint import load_checkpoint
 from rltrans.runtime.actors import LocalActor
 from rltrans.train import main as train_main
-from rltrans.trainers.common import unrolled_chunks
 from tests.agents.test_dt import BOX, DISCRETE, make_dt, random_batch
 from tests.agents.test_memory_agent import PPO
 from tests.cli.test_train import TINY, summary_line
