@@ -66,8 +66,8 @@ INJECTIONS = [
     ),
     (
         "rltrans/buffers/rollout.py",
-        "import rltrans.accel.flat",
-        "rltrans.buffers.rollout -> rltrans.accel.flat",
+        "import rltrans.accel.chunks",
+        "rltrans.buffers.rollout -> rltrans.accel.chunks",
         "a buffer importing the speed seam breaks the accel contract",
     ),
     (
