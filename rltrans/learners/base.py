@@ -51,7 +51,8 @@ def check_moment_shapes(saved: dict[str, Any], optimizer: torch.optim.Optimizer)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     for key, param in zip(ids, params, strict=False):
         for name, moment in saved["state"].get(key, {}).items():
-            if isinstance(moment, Tensor) and moment.dim() and moment.shape != param.shape:
+            # every tensor but the step count has its parameter's shape (a 0-d moment too)
+            if isinstance(moment, Tensor) and name != "step" and moment.shape != param.shape:
                 raise ValueError(
                     f"learner.optimizer.state[{key!r}].{name} has shape {tuple(moment.shape)}, "
                     f"its parameter {tuple(param.shape)}"

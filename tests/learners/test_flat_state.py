@@ -105,3 +105,15 @@ def test_another_models_flat_state_is_refused_naming_the_shapes():
     wrong = r"optimizer.state\[0\].exp_avg has shape \(448,\), its parameter \(28, 5\)"
     with pytest.raises(ValueError, match=wrong):
         learner(copy.deepcopy(net)).load_state_dict({**state, "optimizer": flat})
+
+
+def test_a_0d_moment_of_a_parameter_is_refused():
+    """Only the step count is a scalar: a 0-d moment for a tensor parameter would send a fused
+    step outside its storage, so it is refused, naming the entry."""
+    net = small_net()
+    trained = learner(net)
+    trained.step(loss_of(net, torch.randn(2, 3, 5)))
+    state = trained.state_dict()
+    state["optimizer"]["state"][0]["exp_avg"] = torch.tensor(0.5)
+    with pytest.raises(ValueError, match=r"state\[0\]\.exp_avg has shape \(\), its parameter"):
+        learner(copy.deepcopy(net)).load_state_dict(state)
