@@ -28,7 +28,7 @@ from rltrans.accel.run_speed import SpeedSettings
 from rltrans.config import ConfigError, config_groups, load_config, to_container
 from rltrans.config.plan import TRAINER_KINDS, RunPlan
 from rltrans.config.run_settings import RunSettings, runtime_settings
-from rltrans.learners.settings import algo_settings
+from rltrans.learners.settings import AlgoConfig, algo_settings
 from rltrans.trainers.common import Callbacks, MetricsHook
 
 
@@ -61,10 +61,10 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     OmegaConf.set_readonly(cfg, True)
     run = RunSettings.from_config(cfg)
     speed = speed_settings(cfg, run, algo)
-    return RunPlan(cfg, kind, algo, run, runtime, tuple(overrides), horizon_note(cfg), speed)
+    return RunPlan(cfg, kind, algo, run, runtime, tuple(overrides), speed, horizon_note(cfg))
 
 
-def speed_settings(cfg: DictConfig, run: RunSettings, algo: Any) -> SpeedSettings:
+def speed_settings(cfg: DictConfig, run: RunSettings, algo: AlgoConfig) -> SpeedSettings:
     """A plan's speed settings: ``compile``, ``torch_threads``, ``rollout``,
     ``algo.chunk_obs_mb`` and what the compiled programs depend on (a later run of the same
     workload on this machine reuses ``compile=auto``'s decision: the budget, the seeds and

@@ -8,8 +8,7 @@ them lasts the same L steps, the env has a fixed length (an episode that asks fo
 every step, or a time limit, declared or not) and D = L; where they differ, the length is up to
 the agent, as in a cart-pole (a ``spec.max_episode_steps`` of 500 there is a truncation budget,
 not a memory distance), and ``auto`` changes nothing. An integer D says it directly; ``null``
-leaves the agent and the algo as configured. It reads nothing else of an env: an env states its
-spaces and time limit, never how it should be learned. For a horizon of D steps:
+leaves the agent and the algo as configured. It reads nothing else of an env. For D steps:
 
 * transformer stacks (gtrxl, trxl, trxl_i), D <= 256: ``agent.memory`` becomes at least D, so
   every layer reaches back D steps in one attention hop.
@@ -26,12 +25,9 @@ spaces and time limit, never how it should be learned. For a horizon of D steps:
   spans D steps (the whole rollout at most), keeping ``algo.num_minibatches`` segments per
   PPO update. A recurrent agent's rollout is not raised to span D.
 
-Nothing else is lowered, and a value given on the command line stays. The resolved values are
-what the run saves (config.yaml and checkpoints), so resume and evaluation rebuild the same
-agent. The measurements behind these rules are in benchmarks/RESULTS.md.
-
-It is a step of :func:`rltrans.api.resolve`, before the plan is final: the trainers read
-the plan it fitted, never the config.
+Nothing else is lowered, and a value given on the command line stays. This is a step of
+:func:`rltrans.api.resolve`: the run saves the resolved values, so resume and evaluation
+rebuild the same agent. The measurements behind these rules are in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ whole by the trainer below it, which never reads the command line again."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from omegaconf import DictConfig
@@ -40,8 +40,8 @@ class RunPlan:
     run: RunSettings
     runtime: RuntimeSettings
     overrides: tuple[str, ...]
+    speed: SpeedSettings
     horizon_note: str | None = None
-    speed: SpeedSettings = field(default_factory=SpeedSettings)
 
     @property
     def command(self) -> str:

@@ -45,7 +45,7 @@ def per_parameter_state(state: dict, shapes: Sequence[torch.Size]) -> dict:
     per: dict[int, dict] = {i: {} for i in indices} if state["state"] else {}
     for key, value in state["state"].get(0, {}).items():
         for i, (offset, shape) in enumerate(zip(offsets, shapes, strict=True)):
-            part = value if value.dim() == 0 else value[offset : offset + shape.numel()]
-            per[i][key] = part.reshape(shape).clone() if value.dim() else part.clone()
+            part = value[offset : offset + shape.numel()].reshape(shape) if value.dim() else value
+            per[i][key] = part.clone()
     group = {**state["param_groups"][0], "params": indices}
     return {"state": per, "param_groups": [group]}
