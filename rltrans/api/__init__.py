@@ -22,10 +22,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rltrans.accel.run_speed import SpeedSettings
 from rltrans.config import ConfigError, config_groups, load_config, to_container
+from rltrans.config.frozen import Frozen, freeze, thaw
 from rltrans.config.plan import TRAINER_KINDS, RunPlan
 from rltrans.config.run_settings import RunSettings, runtime_settings
 from rltrans.learners.settings import AlgoConfig, algo_settings
@@ -37,9 +38,9 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     command line it came from: horizon fit, resume merge and trust checks, resource
     estimate, trainer choice, each made here once."""
     from rltrans.api.horizon import fit_horizon, horizon_note
+    from rltrans.api.resume import override_keys, settled_config
     from rltrans.config.applies import inapplicable
     from rltrans.config.resources import check_resources
-    from rltrans.run.resume import override_keys, settled_config
 
     # agent.horizon before a resume too, so the command line it repeats compares equal to
     # the fitted config the run saved.
@@ -58,18 +59,18 @@ def resolve(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
         runtime = runtime_settings(to_container(cfg.runtime))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    OmegaConf.set_readonly(cfg, True)
-    run = RunSettings.from_config(cfg)
-    speed = speed_settings(cfg, run, algo)
-    return RunPlan(cfg, kind, algo, run, runtime, tuple(overrides), speed, horizon_note(cfg))
+    config = freeze(to_container(cfg))  # plain data from here on, read-only
+    run = RunSettings.from_config(config)
+    speed = speed_settings(config, run, algo)
+    return RunPlan(config, kind, algo, run, runtime, tuple(overrides), speed, horizon_note(cfg))
 
 
-def speed_settings(cfg: DictConfig, run: RunSettings, algo: AlgoConfig) -> SpeedSettings:
+def speed_settings(cfg: Frozen, run: RunSettings, algo: AlgoConfig) -> SpeedSettings:
     """A plan's speed settings: ``compile``, ``torch_threads``, ``rollout``,
     ``algo.chunk_obs_mb`` and what the compiled programs depend on (a later run of the same
     workload on this machine reuses ``compile=auto``'s decision: the budget, the seeds and
     the evaluation settings do not change the programs)."""
-    sections = {k: to_container(cfg[k]) for k in ("agent", "algo", "env") if k in cfg}
+    sections = {k: thaw(cfg[k]) for k in ("agent", "algo", "env") if k in cfg}
     sections["dataset"] = run.dataset
     sections["algo"] = {k: v for k, v in sections.get("algo", {}).items() if "eval" not in k}
     return SpeedSettings(
@@ -82,7 +83,7 @@ def speed_settings(cfg: DictConfig, run: RunSettings, algo: AlgoConfig) -> Speed
     )
 
 
-def unrolled_chunks(cfg: DictConfig) -> int:
+def unrolled_chunks(cfg: Frozen) -> int:
     """How many chunks a compiled training step unrolls (``agent.chunk`` within
     ``algo.segment_length``; 1 without); compile=auto expects
     :data:`~rltrans.accel.run_speed.CHUNK_COMPILE_SECONDS` of compilation for each."""

@@ -127,7 +127,7 @@ def fitted(cfg: DictConfig, distance: int | None, given: Collection[str] = ()) -
     algo.segment_length and, beyond the window cap, algo.num_steps and agent.chunk fitted to
     ``distance`` steps (see the module docstring); agent.horizon becomes the distance used
     (None: nothing known, nothing changed). ``given``: keys set on the command line
-    (``rltrans.run.resume.override_keys``), which keep the values given. A pure function
+    (``rltrans.api.resume.override_keys``), which keep the values given. A pure function
     of the config and the distance: it builds nothing."""
     if not fits(cfg):
         return cfg

@@ -7,6 +7,7 @@ lines and configs read back from files (checkpoints, a run folder's config.yaml)
 
 Modules, each importing only those listed before it:
 
+- :mod:`~rltrans.config.frozen`: a resolved config as read-only plain data
 - :mod:`~rltrans.config.errors`: ConfigError and the one-message form of several problems
 - :mod:`~rltrans.config.files`: where the shipped YAML lives (groups, options, kinds)
 - :mod:`~rltrans.config.spec`: what one key accepts and the one-line reports of a bad one

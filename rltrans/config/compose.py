@@ -17,6 +17,7 @@ import copy
 import difflib
 import functools
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -24,6 +25,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from rltrans.config.applies import inapplicable
 from rltrans.config.errors import ConfigError, format_problems
 from rltrans.config.files import CONFIG_PACKAGE, config_groups, config_root, group_options
+from rltrans.config.frozen import thaw
 from rltrans.config.schema import agent_knob_names, check_config, keyword_mappings
 from rltrans.config.spec import format_value, unknown_key
 
@@ -270,6 +272,9 @@ def config_help(config_name: str = "train", overrides: list[str] | tuple[str, ..
     return "\n".join(lines)
 
 
-def to_container(cfg: DictConfig) -> dict:
-    """Resolved plain-dict copy of a config (for checkpoints and run_dir/config.yaml)."""
+def to_container(cfg: DictConfig | Mapping[str, Any]) -> dict:
+    """Resolved plain-dict copy of a config, composed or frozen (for checkpoints and
+    run_dir/config.yaml)."""
+    if not OmegaConf.is_config(cfg):
+        return thaw(cfg)
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

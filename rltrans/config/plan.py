@@ -7,10 +7,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from omegaconf import DictConfig
-
 from rltrans.accel.run_speed import SpeedSettings
-from rltrans.config.compose import to_container
+from rltrans.config.frozen import Frozen, thaw
 from rltrans.config.run_settings import RunSettings, RuntimeSettings
 from rltrans.learners.settings import AlgoConfig
 
@@ -19,12 +17,62 @@ TRAINER_KINDS: tuple[str, ...] = ("online", "impala", "offline")
 
 
 @dataclass(frozen=True)
+class EnvSection:
+    """The ``env`` section: its ``kind`` (torch | gym | dataset), ``num_envs`` (None:
+    env=dataset's, sized by the evaluation) and the whole section (``options``), which the
+    env factories take."""
+
+    kind: str
+    num_envs: int | None
+    options: Frozen
+
+    @classmethod
+    def of(cls, section: Frozen) -> EnvSection:
+        """The typed view of a resolved ``env`` section."""
+        return cls(str(section["kind"]), section.get("num_envs"), section)
+
+    @property
+    def label(self) -> str:
+        """The env's part of a default run folder name: its task name, else its id."""
+        return self.options.get("name") or str(self.options.get("id", "env")).replace("/", "_")
+
+    def to_dict(self, **changes: Any) -> dict[str, Any]:
+        """The section as plain data, with ``changes`` (e.g. ``num_envs``)."""
+        return {**thaw(self.options), **changes}
+
+
+@dataclass(frozen=True)
+class AgentSection:
+    """The ``agent`` section: its registered ``kind``, ``backbone`` where it has one, and the
+    whole section (``options``), which :func:`rltrans.registry.build_agent` takes."""
+
+    kind: str
+    backbone: str | None
+    options: Frozen
+
+    @classmethod
+    def of(cls, section: Frozen) -> AgentSection:
+        """The typed view of a resolved ``agent`` section."""
+        return cls(str(section["kind"]), section.get("backbone"), section)
+
+    @property
+    def label(self) -> str:
+        """The agent's part of a default run folder name: its backbone, else its kind."""
+        return self.backbone or self.kind
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as plain data."""
+        return thaw(self.options)
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """One run, resolved: what trains, on what, with which settings.
 
-    ``config``: the final config, read-only (what the run folder's config.yaml and its
-    checkpoints store). ``trainer``: ``online`` (PPO), ``impala`` or ``offline`` (DT/BC).
-    ``algo``: the ``algo`` section typed (``PPOConfig``, ``ImpalaConfig`` or
+    ``config``: the final config as read-only plain data (:class:`Frozen`: what the run
+    folder's config.yaml and its checkpoints store). ``env`` and ``agent``: its two open
+    sections, typed where the trainers read them. ``trainer``: ``online`` (PPO), ``impala``
+    or ``offline`` (DT/BC). ``algo``: the ``algo`` section typed (``PPOConfig``, ``ImpalaConfig`` or
     ``OfflineConfig``), which the learner takes whole. ``run``: the top-level keys typed
     (seed, budgets, run folder, checkpoints, speed modes, logging). ``runtime``: where
     IMPALA's actors run, typed (``LocalRuntime``, ``ProcessRuntime`` or ``RayRuntime``).
@@ -34,7 +82,7 @@ class RunPlan:
     (the speed modes, and the workload ``compile=auto`` remembers its choice under).
     """
 
-    config: DictConfig
+    config: Frozen
     trainer: TrainerKind
     algo: AlgoConfig
     run: RunSettings
@@ -44,16 +92,26 @@ class RunPlan:
     horizon_note: str | None = None
 
     @property
+    def env(self) -> EnvSection:
+        """The ``env`` section, typed."""
+        return EnvSection.of(self.config["env"])
+
+    @property
+    def agent(self) -> AgentSection:
+        """The ``agent`` section, typed."""
+        return AgentSection.of(self.config["agent"])
+
+    @property
     def command(self) -> str:
         """The shell command that runs this plan."""
         return " ".join(["python -m rltrans.train", *map(shlex.quote, self.overrides)])
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain data."""
-        return to_container(self.config)
+        return thaw(self.config)
 
     def __repr__(self) -> str:
         return f"RunPlan({self.command!r})"
 
 
-__all__ = ["TRAINER_KINDS", "RunPlan", "TrainerKind"]
+__all__ = ["TRAINER_KINDS", "AgentSection", "EnvSection", "RunPlan", "TrainerKind"]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rltrans.config.errors import ConfigError, format_problems
+from rltrans.config.frozen import thaw
 
 # torch_threads: above every CPU count of today's machines; libgomp aborts the process
 # (not a Python error) when asked for ~10^5 threads. Fixed, not a multiple of this machine's
@@ -405,7 +406,7 @@ def check_resources(
     this machine or its budget would be rounded up past a stop (:func:`budget_problems`)."""
     from omegaconf import OmegaConf
 
-    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else thaw(cfg)
     problems = resource_problems(data, spaces=spaces, acting_envs=acting_envs)  # type: ignore[arg-type]
     if acting_envs is None:  # a run's config (evaluate and collect check their own threads)
         problems += budget_problems(data)  # type: ignore[arg-type]

@@ -4,7 +4,6 @@
   seeding, the saved config, the checkpoint payload, resume, the summary line);
 * :mod:`rltrans.run.folder`: which folders a run may take, its lock, writes never through
   a link;
-* :mod:`rltrans.run.resume`: the config a resumed run continues with, and what may change;
 * :mod:`rltrans.run.checkpoint`: checkpoint files that ``torch.load(weights_only=True)``
   reads back;
 * :mod:`rltrans.run.saved_state`: the checks of the trainer state a checkpoint holds;

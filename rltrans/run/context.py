@@ -5,7 +5,7 @@ A run folder has one writer at a time (an OS file lock, released by the OS when 
 dies, so a crashed run's folder is simply taken over). A fresh run refuses a folder that
 already holds checkpoints unless ``resume=true`` (continue it) or ``overwrite=true`` (start
 over). The config a resumed run continues with is settled before the run starts
-(:mod:`rltrans.run.resume`, from :func:`rltrans.api.resolve`). Which folders a run may
+(:mod:`rltrans.api.resume`, from :func:`rltrans.api.resolve`). Which folders a run may
 take, and how it writes in them (never through a link): :mod:`rltrans.run.folder`.
 
 Example (inside a trainer)::
@@ -19,7 +19,6 @@ Example (inside a trainer)::
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import random
 import secrets
@@ -32,12 +31,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from rltrans import distributed
 from rltrans.accel import threads as accel_threads
-from rltrans.config import ConfigError, to_container
+from rltrans.config import ConfigError
 from rltrans.config.errors import first_line
+from rltrans.config.frozen import Frozen, thaw
 from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_threads
 from rltrans.config.run_settings import RunSettings
@@ -112,11 +111,11 @@ def set_threads(threads: int | str | None) -> None:
     accel_threads.set_threads(threads)
 
 
-def setup(cfg: DictConfig) -> torch.device:
-    """Device, threads and seeds from a config's ``device``, ``torch_threads`` and ``seed``."""
-    device = select_device(cfg.device)
-    set_threads(cfg.get("torch_threads", 1))
-    seed_everything(cfg.seed)
+def setup(settings: RunSettings) -> torch.device:
+    """Device, threads and seeds from a run's ``device``, ``torch_threads`` and ``seed``."""
+    device = select_device(settings.device)
+    set_threads(settings.torch_threads)
+    seed_everything(settings.seed)
     return device
 
 
@@ -176,14 +175,14 @@ def default_run_dir(name: str, seed: int) -> Path:
 class Run:
     """A run folder owned by this process: config, checkpoints, logging destination.
 
-    Use :meth:`start`; ``cfg`` is then the config the run actually uses (for a resumed run,
-    the saved one with the allowed changes) with its ``run_dir``, ``settings`` its top-level
-    keys typed, ``device`` the torch device.
+    Use :meth:`start`; ``config`` is then the config the run actually uses (its plan's: for a
+    resumed run, the saved one with the allowed changes) with the ``run_dir`` it chose, read-only,
+    ``settings`` its top-level keys typed, ``device`` the torch device.
     """
 
     def __init__(
         self,
-        cfg: DictConfig,
+        config: Frozen,
         run_dir: Path,
         lock: RunFolderLock | None,
         created: bool = False,
@@ -192,8 +191,8 @@ class Run:
     ) -> None:
         """``dir_fd``: a descriptor of ``run_dir`` (owned by the run, closed by :meth:`close`)
         that every write goes through."""
-        self.cfg, self.dir, self._lock, self._created = cfg, run_dir, lock, created
-        self.settings = RunSettings.from_config(cfg)
+        self.config, self.dir, self._lock, self._created = config, run_dir, lock, created
+        self.settings = RunSettings.from_config(config)
         self.world = world or World()
         self.dir_fd = dir_fd
         keep = self.settings.keep_checkpoints
@@ -226,12 +225,10 @@ class Run:
                 f"with several learner processes; run this one with python -m rltrans.train"
             )
         settings = plan.run
-        cfg = copy.deepcopy(plan.config)  # the run's own (a plan's is read-only): its run_dir
-        OmegaConf.set_readonly(cfg, False)
         device = _learner_device(settings, world)
         distributed.init(world, device)
         if not world.is_main:
-            return cls._join(cfg, world, device)
+            return cls._join(plan.config, world, device)
         given = settings.run_dir
         run_dir = Path(given) if given is not None else default_run_dir(name, settings.seed)
         lock, created, fd = None, False, None
@@ -259,12 +256,11 @@ class Run:
             check_entries(run_dir, fd)
             if not settings.resume:
                 cls._fresh_folder(settings, run_dir, fd)
-            cfg.run_dir = str(run_dir)
-            run = cls(cfg, run_dir, lock, created, world, dir_fd=fd)
+            run = cls(plan.config.replace(run_dir=str(run_dir)), run_dir, lock, created, world, fd)
             run.device = device
-            setup(cfg)
+            setup(run.settings)
             mark(fd)
-            save_config(cfg, fd)
+            save_config(run.config, fd)
         except BaseException as err:
             if created:
                 remove_created(run_dir, fd, lock)
@@ -279,17 +275,16 @@ class Run:
         return run
 
     @classmethod
-    def _join(cls, cfg: DictConfig, world: World, device: torch.device) -> Run:
+    def _join(cls, config: Frozen, world: World, device: torch.device) -> Run:
         """A rank other than 0: wait for rank 0 to settle the run folder, then use it."""
         kind, value = distributed.broadcast_object(None)
         if kind == "error":  # rank 0 said why on its stderr; stop with it
             distributed.shutdown()
             raise ConfigError(f"learner process 0 stopped: {value}")
         run_dir = Path(value)
-        cfg.run_dir = str(run_dir)
-        run = cls(cfg, run_dir, None, False, world)
+        run = cls(config.replace(run_dir=str(run_dir)), run_dir, None, False, world)
         run.device = device
-        setup(cfg)
+        setup(run.settings)
         return run
 
     @staticmethod
@@ -363,7 +358,7 @@ class Run:
         key = (id(spaces[0]), id(spaces[1]))
         if getattr(self, "_static", (None,))[0] != key:
             names = ("config", "observation_space", "action_space")
-            parts = (to_container(self.cfg), *map(serialize_space, spaces))
+            parts = (thaw(self.config), *map(serialize_space, spaces))
             self._static = (key, dict(zip(names, parts, strict=True)))
         return dict(self._static[1])
 

@@ -26,12 +26,15 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from rltrans import fsutil
 from rltrans.config import ConfigError
+from rltrans.config.frozen import thaw
 from rltrans.fsutil import UnsafePathError
 
 CONFIG_FILE = "config.yaml"
@@ -272,11 +275,11 @@ def remove_created(run_dir: Path, dir_fd: int, lock: RunFolderLock) -> None:
         os.rmdir(run_dir)
 
 
-def save_config(cfg: DictConfig, dir_fd: int) -> None:
+def save_config(config: Mapping[str, Any], dir_fd: int) -> None:
     """Write the run's config.yaml atomically (a reader never sees half a file) through a temp
     file of a unique name created anew (never an existing file or link)."""
-    text = OmegaConf.to_yaml(cfg, resolve=True).encode()
-    label = str(Path(cfg.run_dir) / CONFIG_FILE) if cfg.get("run_dir") else CONFIG_FILE
+    text = OmegaConf.to_yaml(OmegaConf.create(thaw(config))).encode()
+    label = str(Path(config["run_dir"]) / CONFIG_FILE) if config.get("run_dir") else CONFIG_FILE
     try:
         with fsutil.writing(CONFIG_FILE, dir_fd=dir_fd, mode=0o600, label=label) as f:
             f.write(text)

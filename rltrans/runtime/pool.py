@@ -33,6 +33,7 @@ from torch import Tensor
 
 from rltrans.accel.threads import AUTO
 from rltrans.buffers.rollout import RolloutBuffer
+from rltrans.config.frozen import thaw
 from rltrans.envs.gym_vec import close_envs
 from rltrans.runtime.actors import LocalActor
 
@@ -74,7 +75,7 @@ def plain(cfg: Any) -> dict[str, Any]:
 
     if OmegaConf.is_config(cfg):
         return dict(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
-    return dict(cfg)
+    return thaw(cfg)
 
 
 def pool_arguments(cfg: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:

@@ -10,10 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from rltrans.accel.auto import CompileOverBudget
-from rltrans.config import to_container
 from rltrans.config.plan import RunPlan
 from rltrans.config.run_settings import RunSettings
 from rltrans.envs import make_env
@@ -25,7 +23,7 @@ from rltrans.run.progress import ProgressBar
 from rltrans.runtime.evaluation import episode_metrics, evaluate_episodes, isolated_rng
 from rltrans.trainers.stop import StopSignals
 
-# Evaluation envs are seeded cfg.seed + this: their own env objects, apart from training's.
+# Evaluation envs are seeded seed + this: their own env objects, apart from training's.
 EVAL_SEED_OFFSET = 10_000
 # The periodic evaluation's metrics as the summary line names them.
 SUMMARY_KEYS = {
@@ -66,10 +64,9 @@ class Callbacks:
         logger.listeners.append(listen)
 
 
-def run_name(cfg: DictConfig) -> str:
+def run_name(plan: RunPlan) -> str:
     """<env>-<backbone>, the default run folder name."""
-    env_name = cfg.env.get("name") or str(cfg.env.get("id", "env")).replace("/", "_")
-    return f"{env_name}-{cfg.agent.get('backbone', cfg.agent.kind)}".replace(":", "_")
+    return f"{plan.env.label}-{plan.agent.label}".replace(":", "_")
 
 
 class TrainerState:
@@ -145,11 +142,11 @@ class PeriodicEvaluation:
         algo: PPOConfig | ImpalaConfig = plan.algo  # type: ignore[assignment]
         self.every, self.episodes = algo.eval_every, algo.eval_episodes  # updates; 0 = never
         self.agent, self.device, self.seed = agent, device, plan.run.seed + EVAL_SEED_OFFSET
-        env = plan.config.env
+        env = plan.env
         self.envs = None
         self.last: dict[str, float] = {}
         if main and self.every > 0 and self.episodes > 0:  # under torchrun: rank 0 alone
-            env_cfg = {**to_container(env), "num_envs": min(self.episodes, env.num_envs)}
+            env_cfg = env.to_dict(num_envs=min(self.episodes, env.num_envs))
             with isolated_rng(device):  # an env may draw from the global generators as built
                 self.envs = make_env(env_cfg, seed=self.seed, device=device, training=False)
 

@@ -138,7 +138,7 @@ class ImpalaTrainer(OnlineTrainer):
 
     def name(self) -> str:
         """<env>-<backbone>."""
-        return run_name(self.plan.config)
+        return run_name(self.plan)
 
     def is_main(self) -> bool:
         """Rank 0 reports."""
@@ -152,7 +152,7 @@ class ImpalaTrainer(OnlineTrainer):
         self.local = local = isinstance(runtime, LocalRuntime)
         num_actors = runtime.num_actors if local else 1  # process: the pool builds its own
         with run.building("env"):
-            env = self.plan.config.env
+            env = self.plan.env.to_dict()
             self.envs = [make_env(env, seed=seed + i, device=device) for i in range(num_actors)]
         envs = self.envs
         self.build_agent(run, (envs[0].single_observation_space, envs[0].single_action_space))

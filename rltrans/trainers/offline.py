@@ -107,7 +107,7 @@ class SamplerState:
 
 def window_length(plan: RunPlan) -> int:
     """K: algo.context, else the agent's own context (DT) or history (BC)."""
-    agent = plan.config.agent
+    agent = plan.agent.options
     if not agent_entry(agent).return_conditioned:
         raise ConfigError(
             f"algo=offline trains return-conditioned agents (agent=dt or agent=bc); "
@@ -134,9 +134,8 @@ def eval_env_config(
 
     None when the dataset records no env and no evaluation is asked for.
     """
-    cfg = plan.config
-    if cfg.env.kind != "dataset":
-        return {**to_container(cfg.env), "num_envs": num_envs}
+    if plan.env.kind != "dataset":
+        return plan.env.to_dict(num_envs=num_envs)
     if dataset.env_spec is None:
         if not required:
             return None
@@ -151,7 +150,7 @@ def eval_env_config(
     # The metadata is a file like any other: the env it names is checked before anything of
     # it is imported, exactly as a checkpoint's env is.
     source = f"the environment spec of dataset {dataset.name!r} (its metadata)"
-    checked = checked_file_config({**to_container(cfg), "env": env_cfg}, source)
+    checked = checked_file_config({**plan.to_dict(), "env": env_cfg}, source)
     refuse_env_code(env_cfg, source, plan.run.trust_env_code)
     return to_container(checked.env)
 
@@ -235,12 +234,12 @@ class OfflineTrainer(Trainer):
     def name(self) -> str:
         """<dataset>-<agent kind>."""
         window_length(self.plan)  # an agent that is not return-conditioned: refused here
-        return f"{str(self.plan.run.dataset).replace('/', '_')}-{self.plan.config.agent.kind}"
+        return f"{str(self.plan.run.dataset).replace('/', '_')}-{self.plan.agent.kind}"
 
     def build(self, run: Run) -> None:
         """Dataset windows, evaluation env, agent, learner and the resumed state."""
         plan, device, algo = self.plan, run.device, self.plan.algo
-        cfg, settings = plan.config, plan.run
+        settings = plan.run
         with run.building("dataset"):
             dataset, self.data_info = load(plan)  # on resume: the saved config's dataset
             # Data -> K-step windows; statistics computed once, kept in model and checkpoint.
@@ -248,7 +247,7 @@ class OfflineTrainer(Trainer):
                 dataset,
                 window_length(plan),
                 return_scale=algo.return_scale,
-                max_timestep=cfg.agent.get("max_timestep"),
+                max_timestep=plan.agent.options.get("max_timestep"),
                 top_fraction=algo.top_fraction,
                 seed=settings.seed,
             )
@@ -256,9 +255,9 @@ class OfflineTrainer(Trainer):
         self.targets = eval_targets(algo, dataset.returns())
         env_cfg = self._eval_env(run, dataset)
         with run.building("agent"):
-            check_resources(cfg, spaces=self.spaces)  # the heads and encoders the spaces size
+            check_resources(plan.config, spaces=self.spaces)  # what the spaces size
             stats = self.buffer.stats()
-            self.agent = build_agent(to_container(cfg.agent), *self.spaces, stats=stats)
+            self.agent = build_agent(plan.agent.to_dict(), *self.spaces, stats=stats)
             self.agent.to(device)
         self.total = train_steps = settings.train_steps
         # compile: the agent's loss (forward and backward) through torch.compile; auto decides

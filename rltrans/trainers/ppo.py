@@ -39,13 +39,13 @@ class PPOTrainer(OnlineTrainer):
 
     def name(self) -> str:
         """<env>-<backbone>."""
-        return run_name(self.plan.config)
+        return run_name(self.plan)
 
     def build(self, run: Run) -> None:
         """Env, agent, learner, buffer, actor and the resumed state."""
         settings, device, algo = self.plan.run, run.device, self.plan.algo
         with run.building("env"):
-            self.envs = envs = make_env(self.plan.config.env, seed=settings.seed, device=device)
+            self.envs = envs = make_env(self.plan.env.to_dict(), seed=settings.seed, device=device)
         self.build_agent(run, (envs.single_observation_space, envs.single_action_space))
         agent = self.agent
         self.steps_per_update = algo.num_steps * envs.num_envs

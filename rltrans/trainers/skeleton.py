@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from rltrans.accel import Accel
-from rltrans.config import to_container
+from rltrans.config.frozen import thaw
 from rltrans.config.plan import RunPlan
 from rltrans.config.resources import check_resources
 from rltrans.fsutil import StorageError
@@ -274,12 +274,12 @@ class OnlineTrainer(Trainer):
 
     def build_agent(self, run: Run, spaces: tuple[Any, Any]) -> None:
         """``agent`` for ``spaces`` on the run's device, and its ``evaluation``."""
-        cfg = run.cfg
+        config = run.config
         self.spaces = spaces
         with run.building("agent"):
-            check_resources(cfg, spaces=spaces)  # the heads and encoders the spaces size
-            agent_cfg = to_container(cfg.agent)
-            options = algo_agent_options(agent_cfg, to_container(cfg.algo))  # e.g. recon. loss
+            check_resources(config, spaces=spaces)  # the heads and encoders the spaces size
+            agent_cfg = self.plan.agent.to_dict()
+            options = algo_agent_options(agent_cfg, thaw(config["algo"]))  # e.g. recon. loss
             self.agent = build_agent(agent_cfg, *spaces, **options).to(run.device)
         with run.building("env"):  # algo.eval_every (0: none); under torchrun rank 0's
             self.evaluation = PeriodicEvaluation(

@@ -5,7 +5,6 @@ import math
 
 import pytest
 from omegaconf import OmegaConf
-from omegaconf.errors import ReadonlyConfigError
 
 import rltrans
 from rltrans.api import _overrides, resolve
@@ -51,8 +50,14 @@ def test_keyword_values_keep_their_type(value, expected):
 
 def test_the_plan_is_read_only_and_holds_the_horizon_fit():
     plan = rltrans.plan("env.kwargs.length=40")
-    with pytest.raises(ReadonlyConfigError):
+    with pytest.raises(TypeError, match="read-only"):
         plan.config.seed = 3
+    with pytest.raises(TypeError, match="read-only"):
+        plan.config.env.num_envs = 3  # every section, all the way down
+    with pytest.raises(TypeError):
+        plan.config.env["kwargs"]["length"] = 3  # item assignment too
+    assert not OmegaConf.is_config(plan.config)  # plain data, nothing to interpolate
+    assert plan.to_dict() == plan.config and isinstance(plan.to_dict()["env"], dict)
     limit = time_limit(plan.config.env)  # the T-maze's
     assert plan.config.agent.horizon == limit and plan.config.agent.memory == limit
     assert plan.horizon_note.startswith(f"agent.horizon={limit} steps: agent.memory={limit}")

@@ -6,8 +6,8 @@ import yaml
 from rltrans import evaluate, train
 from rltrans.api import horizon
 from rltrans.api.horizon import fit_horizon, observed_length, spanning_segment
+from rltrans.api.resume import override_keys
 from rltrans.config import load_config
-from rltrans.run.resume import override_keys
 from tests.helpers.user_envs import EPISODES_ID
 
 

@@ -183,6 +183,7 @@ def test_help_shows_the_chosen_options_with_their_comments():
 
 # The config package imports one way: each module only from those before it in this list.
 CONFIG_MODULES = [
+    "frozen",
     "errors",
     "files",
     "spec",
