@@ -26,11 +26,6 @@ class EnvSection:
     num_envs: int | None
     options: Frozen
 
-    @classmethod
-    def of(cls, section: Frozen) -> EnvSection:
-        """The typed view of a resolved ``env`` section."""
-        return cls(str(section["kind"]), section.get("num_envs"), section)
-
     @property
     def label(self) -> str:
         """The env's part of a default run folder name: its task name, else its id."""
@@ -49,11 +44,6 @@ class AgentSection:
     kind: str
     backbone: str | None
     options: Frozen
-
-    @classmethod
-    def of(cls, section: Frozen) -> AgentSection:
-        """The typed view of a resolved ``agent`` section."""
-        return cls(str(section["kind"]), section.get("backbone"), section)
 
     @property
     def label(self) -> str:
@@ -94,12 +84,14 @@ class RunPlan:
     @property
     def env(self) -> EnvSection:
         """The ``env`` section, typed."""
-        return EnvSection.of(self.config["env"])
+        env = self.config["env"]
+        return EnvSection(str(env["kind"]), env.get("num_envs"), env)
 
     @property
     def agent(self) -> AgentSection:
         """The ``agent`` section, typed."""
-        return AgentSection.of(self.config["agent"])
+        agent = self.config["agent"]
+        return AgentSection(str(agent["kind"]), agent.get("backbone"), agent)
 
     @property
     def command(self) -> str:

@@ -5,6 +5,7 @@ logging may change; other differences are refused naming the keys)."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import re
@@ -278,7 +279,7 @@ def test_resume_continues_the_saved_config_and_refuses_other_changes(tmp_path, m
     real_make_env = ppo_trainer.make_env
 
     def recording_make_env(cfg, **kwargs):
-        built.append(OmegaConf.to_container(cfg, resolve=True))
+        built.append(copy.deepcopy(cfg))  # the trainer hands plain data
         return real_make_env(cfg, **kwargs)
 
     monkeypatch.setattr(ppo_trainer, "make_env", recording_make_env)
