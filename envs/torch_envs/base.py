@@ -1,38 +1,31 @@
 """Shared machinery for torch-native batched environments.
 
-A `TorchVectorEnv` keeps the state of all N environments in torch tensors on one
-device and steps them together: no Python loop over envs, no host sync on the
-step path (unless action-value validation is on, see below). It speaks the
-Gymnasium 1.x `VectorEnv` API with tensors where Gymnasium uses NumPy arrays.
+A `TorchVectorEnv` keeps the state of all N environments in torch tensors on one device and
+steps them together: no Python loop over envs, no host sync on the step path (unless
+action-value validation is on). It speaks the Gymnasium 1.x `VectorEnv` API with tensors.
 
-Autoreset is SAME_STEP (https://farama.org/Vector-Autoreset-Mode): at a step where
-env i ends, `obs[i]` is already the first observation of its next episode and the
-true last observation is in `info["final_obs"][i]`. The step after is an ordinary
-transition. Every `step` returns the same info keys, each paired with a `_key`
-mask (N,) saying which rows are meaningful, so no caller has to test key presence
-(which would force a host sync):
+Autoreset is SAME_STEP (https://farama.org/Vector-Autoreset-Mode): where env i ends,
+`obs[i]` is already the first observation of its next episode and the true last one is in
+`info["final_obs"][i]`. Every `step` returns the same info keys, each with a `_key` mask (N,)
+of the meaningful rows, so no caller tests key presence (a host sync):
 
-    info["final_obs"]   (N, ...) obs reached by this step, before any reset; rows of
-                        envs that did not end equal `obs`
-    info["_final_obs"]  (N,) bool, True where the episode ended (terminated | truncated)
-    info["episode"]     {"r": float32 (N,), "l": int64 (N,)}: return and length of the
-                        episode that just ended, 0 elsewhere (the layout of
-                        gymnasium.wrappers.vector.RecordEpisodeStatistics, without "t")
-    info["_episode"]    (N,) bool, same as `_final_obs`
+    info["final_obs"]   (N, ...) obs reached by this step, before any reset (= `obs` where
+                        the env did not end); info["_final_obs"] (N,) bool: it ended
+    info["episode"]     {"r": float32 (N,), "l": int64 (N,)}: the ended episode's return and
+                        length, 0 elsewhere (RecordEpisodeStatistics' layout, without "t");
+                        info["_episode"] as `_final_obs`
     info[key], info[f"_{key}"]  per-episode values an env reports (e.g. TMaze "success"),
                         zero/False where the episode did not end
 
-Subclasses write only the dynamics: `_reset_idx(mask)`, `_step(actions)` and
-`_observe()`; this class owns autoreset, episode statistics, the time limit,
-action conversion and validation, and seeding.
+Subclasses write only the dynamics, `_reset_idx(mask)`, `_step(actions)` and `_observe()`;
+this class owns autoreset, episode statistics, the time limit, action conversion and
+validation, and seeding.
 
-Rendering (`render_mode="rgb_array"`): `render()` returns one RGB frame (H, W, 3) uint8
-per env, as Gymnasium's vector envs do, drawn with NumPy from the state (no pygame).
-The state stays on the env's device; only the few tensors a frame needs are copied to
-the host, inside `render()`. After a `step`, the frame of an env whose episode just
-ended shows the state it reached, before the autoreset (the frame of
-`info["final_obs"]`), so a recorded episode ends on its last state rather than on the
-next episode's start. Subclasses that render implement `_render_state()` and `_draw_frames()`.
+Rendering (`render_mode="rgb_array"`): `render()` returns one RGB frame (H, W, 3) uint8 per
+env, drawn with NumPy from the state (no pygame; only the tensors a frame needs are copied to
+the host). After a step, an env whose episode just ended shows the state it reached (the
+frame of `info["final_obs"]`), so a recorded episode ends on its last state. Subclasses that
+render implement `_render_state()` and `_draw_frames()`.
 """
 
 from __future__ import annotations

@@ -1,38 +1,30 @@
 """Count Recall memory task (POPGym's CountRecall, Morad et al. 2023): an aggregate.
 
-Each observation shows two cards side by side: a value card, dealt from one shuffled
-shoe, and a query card, dealt from a second one. The agent must answer how many value
-cards of the queried symbol it has seen so far in the episode, the one on show
-included. Order does not matter, only counts: the memory is a set of counters over the
-whole episode, not a recall of one moment.
+Each observation shows two cards: a value card from one shuffled shoe and a query card from
+a second. The agent answers how many value cards of the queried symbol it has seen so far in
+the episode, the one on show included: the memory is a set of counters over the episode,
+not a recall of one moment. With v_t and q_t the symbols on show at step t (t = 0 is the
+reset observation), the answer at step t is #{j <= t : v_j == q_t}.
 
-Writing v_t and q_t for the symbols on show at step t (t = 0 is the reset observation),
-the answer at step t is #{j <= t : v_j == q_t}. Cards come from shoes of 52-card decks,
-as many as the episode needs (`base.shoe_copies`), each deck holding ceil(52 / num_symbols)
-cards of each symbol: 2 symbols are a card's colour, 4 its suit, 13 its rank. A count
-never exceeds the cards of one symbol in the shoe, `copies`, so the actions are the
-counts 0..copies (Discrete(copies + 1)).
+Cards come from shoes of 52-card decks, as many as the episode needs (`base.shoe_copies`),
+each deck holding ceil(52 / num_symbols) cards of each symbol (2 symbols: colours, 4: suits,
+13: ranks). A count never exceeds `copies`, so the actions are Discrete(copies + 1).
+Observation: one-hot of the value's symbol, then of the query's (2 * num_symbols floats).
+Reward: +1/length for the right count, -1/length otherwise, at each of the `length` steps;
+the best return is 1.0, a uniform random answer 2 / (copies + 1) - 1 in expectation. Episodes
+last `length` steps (the memory distance) and end terminated; the final observation is
+never queried.
 
-Observation, 2 * num_symbols floats: one-hot of the value's symbol, then one-hot of the
-query's symbol. Reward: +1/length for the right count, -1/length otherwise, at each of
-the `length` steps. The best return is 1.0, a uniform random answer scores
-2 / (copies + 1) - 1 in expectation (-0.93 for POPGym's easy preset).
-
-Episodes last `length` steps and end with terminated=True; the final observation is the
-next pair of cards (never queried). `length` is the memory distance: a count aggregates
-up to `length` steps.
-
-POPGym's presets (`CountRecall.popgym_presets`), with the same observations (both
-symbols, one-hot), actions, rewards and returns as POPGym, whose episodes deal every card:
+POPGym's presets (`CountRecall.popgym_presets`), with POPGym's observations, actions,
+rewards and returns (its episodes deal every card):
 
     easy    length=51   num_symbols=2    (POPGym: 1 deck, colours; 27 actions)
     medium  length=103  num_symbols=4    (POPGym: 2 decks, suits; 27 actions)
     hard    length=207  num_symbols=13   (POPGym: 4 decks, ranks; 17 actions)
 
-Frames (`render_mode="rgb_array"`), one colour per symbol. Top row: the value card, the
-query card, a gap, the last answer's verdict (green correct, red wrong). Then one row per
-symbol: its colour, a marker where it is queried, and a bar of its count so far (the bar's
-full width is `copies`).
+Frames (`render_mode="rgb_array"`): a top row with the value card, the query card and the
+last answer's verdict (green correct, red wrong), then a row per symbol with its colour, a
+marker where it is queried and a bar of its count so far (full width: `copies`).
 """
 
 from __future__ import annotations

@@ -1,52 +1,32 @@
 """Universal Transformer backbone: one shared block looped in depth, with ACT.
 
-Dehghani et al. 2019, "Universal Transformers", section 2.1: the same block
-(weights tied across depth) refines every position for up to S =
-``max_steps`` depth steps; before step t the coordinate embedding P^t (the
-position signal plus a sinusoid of the depth step t) is added,
+Dehghani et al. 2019, section 2.1: the same block (weights tied across depth) refines every
+position for up to S = ``max_steps`` depth steps, the coordinate embedding P^t (the position
+signal plus a sinusoid of the depth step t) added before each,
 
     H^t = Block(H^{t-1} + P^t),   t = 1 .. S,
 
-and Adaptive Computation Time (Graves 2016; :mod:`rltrans.core.act`) decides
-per position when to stop; the output is the halting-weighted mean of the
-H^t. ``halting="none"`` runs all S steps and returns H^S: a weight-tied stack
-of S layers.
+and Adaptive Computation Time (Graves 2016; :mod:`rltrans.core.act`) decides per position
+when to stop, the output the halting-weighted mean of the H^t (``halting="none"``: H^S).
+Absolute position schemes are added at every depth step at each token's episode time;
+relative ones act inside attention, and P^t is then the depth sinusoid alone.
 
-Position signal: absolute schemes (``sinusoidal``, ``learned``) are added at
-every depth step at the episode time of each token, as in the paper; relative
-schemes (``xl``, ``rotary``, ``alibi``, ``shaw``) act inside attention, and
-then P^t is the depth sinusoid alone.
+``coordinate_scale`` (default 1, the paper's) scales P^t: the unit sinusoid was sized for
+token embeddings scaled up by sqrt(D), and an RL encoder's output is far smaller, so P^t,
+the same for every token, would make the tokens look alike to attention and to the halting
+unit (``configs/agent/ut_act.yaml`` uses 0.1; ``benchmarks/ut_act.py`` measures it).
 
-Scale of P^t (``coordinate_scale``, default 1 as in the paper): the sinusoid
-has unit amplitude per coordinate (norm sqrt(D/2)), sized for token embeddings
-that Vaswani et al. 2017 (section 3.4) scale up by sqrt(D). An RL observation
-encoder's output is far smaller (norm ~0.5 at initialisation for D = 64), so
-P^t, the same vector for every token, swamps it: after the block's LayerNorm
-the tokens look alike to attention and to the halting unit. Scaling P^t down
-(0.1 in ``configs/agent/ut_act.yaml``) keeps the depth signal and lets the
-content through; on the T-maze with corridor 30 this decides between chance
-and solving it (see ``benchmarks/ut_act.py``).
+Memory (one per depth step), as :class:`rltrans.backbones.gtrxl.TransformerStack` with
+Y = S: at depth t a query attends over the stored depth-t inputs H^{t-1} + P^t of the last
+M steps (stop-gradient) and of the segment, so chunked equals whole and cached acting equals
+both. A halted position keeps its state but is still fed through the block, so every depth
+slot is always filled and keys never depend on how long other tokens pondered.
 
-Memory (one per depth step): like :class:`rltrans.backbones.gtrxl.TransformerStack`
-with Y = S. At depth step t a query attends over the stored depth-t block
-inputs H^{t-1} + P^t of the previous M steps (stop-gradient) and of the
-current segment, within the same sliding window of M steps plus itself, so
-running in chunks with memory equals running whole, and cached acting with
-:class:`rltrans.memory.MemoryState` equals both. A position that has halted
-keeps its state (ACT copies it forward) but is still fed through the block at
-later depths, so it still writes a depth-t memory entry and still offers keys
-to the queries of later positions at every depth: its entry is its frozen
-state plus P^t. Every depth slot is therefore always filled, memory needs no
-per-depth validity, and keys never depend on how long other tokens pondered
-in a different segment split.
-
-Interface: as every backbone (:mod:`rltrans.backbones.base`), with ``ponders = True``:
-the ``aux`` of ``forward`` and ``step`` is a dict of tensors with ``ponder_cost`` (B, L) =
-N + R (add ``tau * ponder_cost`` to the loss, Graves 2016 section 2; it carries the
-gradient to the halting unit), ``ponder_steps`` (B, L) = N, ``remainders`` (B, L) = R,
-``halt_prob_mean`` (B, L) (mean h over the steps a position ran) and ``halting_weights``
-(S, B, L). From ``step`` each is (N,) per env, or (S, N). Its step writes the cache between
-depth steps, so it is not a pure function (``pure_step = False``).
+Interface: as every backbone (:mod:`rltrans.backbones.base`), with ``ponders = True``: the
+``aux`` holds ``ponder_cost`` (B, L) = N + R (add ``tau * ponder_cost`` to the loss; it
+carries the gradient to the halting unit), ``ponder_steps`` N, ``remainders`` R,
+``halt_prob_mean`` and ``halting_weights`` (S, B, L); from ``step`` each per env. Its step
+writes the cache between depth steps, so ``pure_step = False``.
 """
 
 from __future__ import annotations

@@ -4,54 +4,26 @@ A transformer block attends over its last M steps (the window); a long-memory ki
 the window has forgotten. Kinds are chosen by name (``BlockConfig.long_memory``):
 
 * ``none``: the window only (reach: layers x M steps).
-* ``linear``: a gated linear-attention state per head, carried for the whole episode: reach
-  unbounded, acting cost O(1) in episode length, retention learned. For head h of width d,
-  with phi(u) = elu(u) + 1 (Katharopoulos et al. 2020) and x_t the block's attention input::
-
-      q_t = phi(W_q x_t),  k_t = phi(W_k x_t),  v_t = W_v x_t          (d each)
-      beta_t = sigmoid(w_b . x_t + b_b)        write strength of step t (learned, per head)
-      gamma = sigmoid(theta)                    retention per step (learned, per head)
-      S_t = gamma S_{t-1} + beta_t k_t v_t^T    (d x d)
-      z_t = gamma z_{t-1} + beta_t k_t          (d)
-      r_t = q_t^T S_t / (q_t . z_t + eps)
-
-  and the sub-layer's output is attention(x_t) + W_o [r_t^1 ; ... ; r_t^H]. A per-head
-  decay as in RetNet (Sun et al. 2023), initialised at time scales 16, 128, 1024, ... steps,
-  a learned write gate as in ReLiT/AGaLiTe (Pramanik et al. 2023), and W_o = 0 at
-  initialisation, so an agent starts as its window-only twin and learns to read the state.
-  Where an episode starts S and z restart from zero (episode isolation). A training segment
-  starts from the state stored when it was acted (stop-gradient, like an RNN's state), and
-  computes its steps in parallel from the closed form of the recurrence
-  (:meth:`LinearMemory.forward`), which equals stepping it (:meth:`LinearMemory.step`).
-* ``delta``: the same carried state written by the gated delta rule (Schlag et al. 2021,
-  "Linear Transformers Are Secretly Fast Weight Programmers"; with a decay, Yang et al. 2025,
-  "Gated Delta Networks"): each step overwrites what the state recalls for its key instead of
-  adding to it, so a step seen again and again (a corridor) writes itself once and leaves the
-  rest of the state, a cue seen once, in place. With unit-length q and k::
-
-      q_t = W_q x_t / |W_q x_t|,  k_t = W_k x_t / |W_k x_t|,  v_t = W_v x_t,  beta_t, gamma
-      u_t = beta_t (v_t - gamma S_{t-1}^T k_t)      what step t writes
-      S_t = gamma S_{t-1} + k_t u_t^T,   r_t = S_t^T q_t
-
-  A segment's u_t are the solution of one unit lower-triangular system (the recurrence solved
-  for all steps at once), so training is parallel over the segment as for ``linear``. The
-  state has the same layout as ``linear``'s, with z unused (zero).
-* ``additive``: the same carried state written by the sum rule (Schlag et al. 2021's name for
-  plain fast-weight writing) with the delta kind's unit q and k and no normaliser::
-
-      S_t = gamma S_{t-1} + beta_t k_t v_t^T,   r_t = S_t^T q_t
-
-  A key seen n times adds n writings, so the read grows with n: the state can hold counts
-  (how many cards of each suit so far), which a normalised read (``linear``: a weighted mean)
-  and an overwriting one (``delta``: saturates at one writing) can only approximate. The read
-  is as large as the writings that match q (up to 1 / (1 - gamma) of them), so it suits tasks
-  that aggregate over an episode; ``delta`` keeps single cues better across long corridors.
-* ``mixed``: both rules in one state, a head each: odd heads write by the delta rule, even
-  heads by the sum rule (with H heads the time scales alternate between them, so each rule
-  has a fast and a slow head). One memory for an env that does not say whether it asks for
-  single cues held across long stretches or for counts.
+* ``linear`` (:class:`LinearMemory`): a gated linear-attention state per head, carried for
+  the whole episode (Katharopoulos et al. 2020; a per-head decay as in RetNet, a learned
+  write gate as in ReLiT/AGaLiTe): reach unbounded, acting cost O(1) in episode length.
+* ``delta`` (:class:`DeltaMemory`): the same state written by the gated delta rule (Schlag
+  et al. 2021; Yang et al. 2025): each step overwrites what the state recalls for its key, so
+  a step seen again and again writes itself once and a cue seen once stays in place.
+* ``additive`` (:class:`AdditiveMemory`): the same state written by the sum rule, so a key
+  seen n times adds n writings: the state can hold counts, which a normalised read
+  (``linear``) or an overwriting one (``delta``) can only approximate.
+* ``mixed`` (:class:`MixedMemory`): odd heads write by the delta rule, even heads by the sum
+  rule: one memory for an env that does not say whether it asks for single cues held across
+  long stretches or for counts.
 * ``compressive`` (Rae et al. 2020): every c steps compressed into one of the newest Mc
   slots, read by a softmax attention of its own (:mod:`rltrans.core.compressive`).
+
+The read enters the sub-layer's output through W_o = 0 at initialisation, so an agent starts
+as its window-only twin and learns to read the state. Where an episode starts the state
+restarts from zero (episode isolation); a training segment starts from the state stored when
+it was acted (stop-gradient, like an RNN's state) and computes its steps in parallel from the
+closed form of the recurrence, which equals stepping it.
 """
 
 from __future__ import annotations
@@ -98,7 +70,19 @@ def initial_scales(heads: int, longest: float | None = None) -> Tensor:
 
 
 class LinearMemory(nn.Module):
-    """The ``linear`` long memory of one block (see the module docstring)."""
+    """The ``linear`` long memory of one block. For head h of width d, with phi(u) =
+    elu(u) + 1 and x_t the block's attention input::
+
+        q_t = phi(W_q x_t),  k_t = phi(W_k x_t),  v_t = W_v x_t          (d each)
+        beta_t = sigmoid(w_b . x_t + b_b)        write strength of step t (learned, per head)
+        gamma = sigmoid(theta)                    retention per step (learned, per head)
+        S_t = gamma S_{t-1} + beta_t k_t v_t^T    (d x d)
+        z_t = gamma z_{t-1} + beta_t k_t          (d)
+        r_t = q_t^T S_t / (q_t . z_t + eps)
+
+    and the sub-layer's output is attention(x_t) + W_o [r_t^1 ; ... ; r_t^H], the decays
+    initialised at time scales 16, 128, 1024, ... steps. :meth:`forward` computes a segment
+    from the closed form of the recurrence, which equals :meth:`step` applied step by step."""
 
     State: ClassVar[type] = LinearState  # one layer's state, as the stack carries it
 
@@ -200,7 +184,15 @@ class LinearMemory(nn.Module):
 
 
 class DeltaMemory(LinearMemory):
-    """The ``delta`` long memory of one block (see the module docstring)."""
+    """The ``delta`` long memory of one block, with unit-length q and k::
+
+        q_t = W_q x_t / |W_q x_t|,  k_t = W_k x_t / |W_k x_t|,  v_t = W_v x_t,  beta_t, gamma
+        u_t = beta_t (v_t - gamma S_{t-1}^T k_t)      what step t writes
+        S_t = gamma S_{t-1} + k_t u_t^T,   r_t = S_t^T q_t
+
+    A segment's u_t are the solution of one unit lower-triangular system (the recurrence
+    solved for all steps at once), so training is parallel over the segment as for
+    ``linear``. The state has ``linear``'s layout, with z unused (zero)."""
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Unit q, k, v (..., H, d) and beta (..., H) of inputs x (..., D), in float32 or
@@ -258,7 +250,14 @@ class DeltaMemory(LinearMemory):
 
 
 class AdditiveMemory(DeltaMemory):
-    """The ``additive`` long memory of one block (see the module docstring)."""
+    """The ``additive`` long memory of one block: the delta kind's unit q and k, no
+    normaliser::
+
+        S_t = gamma S_{t-1} + beta_t k_t v_t^T,   r_t = S_t^T q_t
+
+    The read is as large as the writings that match q (up to 1 / (1 - gamma) of them), so it
+    suits tasks that aggregate over an episode; ``delta`` keeps single cues better across long
+    corridors."""
 
     def forward(
         self, x: Tensor, state: LinearState, starts: Tensor | None = None
@@ -287,7 +286,8 @@ LongState = LinearState | CompressiveState  # one layer's state of any long-memo
 
 class MixedMemory(DeltaMemory):
     """The ``mixed`` long memory of one block: odd heads write by the delta rule (they
-    overwrite), even heads by the sum rule (they count); see the module docstring."""
+    overwrite), even heads by the sum rule (they count). With H heads the time scales
+    alternate between the two rules, so each has a fast and a slow head."""
 
     def __init__(self, dim: int, heads: int, longest: float | None = None) -> None:
         if heads < 2:

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from rltrans.accel.threads import AUTO
 from rltrans.buffers.rollout import RolloutBuffer
-from rltrans.config.frozen import thaw
+from rltrans.config import to_container
 from rltrans.envs.gym_vec import close_envs
 from rltrans.runtime.actors import LocalActor
 
@@ -71,11 +71,7 @@ class ActorPool(Protocol):
 
 def plain(cfg: Any) -> dict[str, Any]:
     """A plain dict of a config section (resolved), as actors in other processes receive it."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(cfg):
-        return dict(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
-    return thaw(cfg)
+    return to_container(cfg)
 
 
 def pool_arguments(cfg: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:

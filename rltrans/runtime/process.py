@@ -1,52 +1,31 @@
 """Actor processes for asynchronous learners (IMPALA's ``runtime=process``).
 
-:class:`ProcessPool` runs ``num_actors`` processes; each is a
-:class:`~rltrans.runtime.remote.RemoteActor` (env and agent built from the plain configs,
-acting through the one acting loop) writing every rollout straight into a slot of one
-pre-allocated shared-memory block. The learner takes filled rollouts with
-:meth:`ProcessPool.get` (views into the slot: no copy) and hands the slot back with
-:meth:`ProcessPool.release`. What this pool shares with the Ray pool (actor slots, the wire
-format, restarts, closing, ``from_config``) is :class:`~rltrans.runtime.remote.RemotePool`;
-this module holds the transport: processes, pipes and shared memory.
+:class:`ProcessPool` runs ``num_actors`` processes, each a
+:class:`~rltrans.runtime.remote.RemoteActor` writing every rollout straight into a slot of one
+shared-memory block; :meth:`ProcessPool.get` returns views into the slot (no copy) and
+:meth:`ProcessPool.release` hands it back. What it shares with the Ray pool is
+:class:`~rltrans.runtime.remote.RemotePool`; this module holds processes, pipes and memory.
 
-Design:
+* Start method ``spawn`` (default) or ``forkserver``, never ``fork`` (the parent has torch
+  threads); ``forkserver`` pays torch's imports once, so restarts start in ~0.1 s, and its
+  server lives until the parent exits.
+* The block holds ``slots`` slots of every rollout tensor (``rollout_tensors`` of
+  :mod:`rltrans.runtime.remote`) at 64-byte aligned offsets, laid out from a template (one
+  reset and one ``act`` in the parent, RNG state restored). Weights are one shared tensor
+  per dtype plus a version and a sequence counter.
+* Each actor has its own pipes; no lock or queue is shared between actors, so one killed at
+  any moment cannot stall the others. The parent owns the slot accounting (free, granted,
+  ready, held by the learner; at most 2 granted per actor).
+* :meth:`ProcessPool.publish` writes under a sequence lock an actor cannot take with it when
+  killed; an actor copies the weights only when the version moved. Actor i seeds with
+  ``actor_seed(seed, i, N)``, so one actor repeats a LocalActor exactly.
+* A dead actor wakes the parent through its sentinel: its sent rollouts are kept, its slots
+  reclaimed, a warning names its exit code, and it restarts with a new seed (up to
+  ``max_restarts``; one that fails before its first rollout fails the pool). Actors start
+  with SIGINT ignored (the parent stops them) and exit when its pipe closes.
 
-* Start method ``spawn`` (default) or ``forkserver``; never ``fork`` (the parent has torch
-  threads). A spawned actor pays the imports of torch and rltrans (4.3 s to ready on a
-  2-core machine; two at once 7.5 s); with ``forkserver`` the server imports them once
-  (the first pool as slow), later actors (and restarts) start in ~0.1 s, but the server
-  process lives on until the parent exits.
-* Shared memory: one uint8 block holds ``slots`` slots, each every tensor of a rollout
-  (``rollout_tensors`` of :mod:`rltrans.runtime.remote`: observations, actions, log-probs,
-  values, rewards, flags, the T/L segment memories and the bootstrap value) at 64-byte
-  aligned offsets; the layout comes from a template (one env reset and one ``act`` in the
-  parent, RNG state restored). Weights are one flat shared tensor per dtype of the agent's
-  ``state_dict`` plus a shared version and a sequence counter.
-* Channels: each actor has its own pair of pipes (slot grants and commands in, rollout
-  notices out), and the parent waits on those pipes and the processes' sentinels together.
-  No lock or queue is shared between actors, so an actor killed at any moment cannot leave a
-  lock held that would stall the others (a killed reader of a shared ``mp.Queue`` keeps
-  its lock forever). The parent owns the slot accounting: a slot is free, granted to one
-  actor (at most 2 at a time), ready, or held by the learner.
-* Weights: :meth:`ProcessPool.publish` writes under a sequence lock (odd while writing, no
-  lock an actor could take with it when killed); before each rollout an actor copies the
-  weights only when the version moved, re-reading if a publish overlapped its copy.
-  ``LocalActor.collect`` then calls ``agent.refresh_state``.
-* Seeds: actor i resets its envs and seeds its torch RNG with ``actor_seed(seed, i, N)`` of
-  :mod:`rltrans.runtime.pool` (as LocalPool's actors); one actor with the learner's weights
-  repeats a LocalActor of this process exactly.
-* Failures: a dead actor (exception, SIGKILL) wakes the parent through its sentinel; its
-  rollouts already sent are kept, the slots it held are reclaimed, a one-line warning names
-  it and its exit code, and it restarts with a new seed (``max_restarts`` per actor; an
-  actor that fails before its first rollout with an exception fails the pool at once).
-  Actors ignore SIGINT (the parent stops them) from birth: they start with SIGINT ignored,
-  which a spawned interpreter keeps, so a Ctrl-C that reaches one while it still imports
-  torch prints no traceback. They exit when the parent's pipe closes or their parent
-  process changes.
-
-Rewards are stored as the env returned them: reward scaling, if any, is the learner's (it
-keeps the running statistics, so they are in its checkpoints). Episode statistics travel with
-each rollout notice (the info keys EpisodeTracker reads) to the pool's ``on_info``.
+Rewards are stored as the env returned them (scaling, and its statistics, are the learner's);
+episode statistics travel with each rollout notice to the pool's ``on_info``.
 """
 
 from __future__ import annotations

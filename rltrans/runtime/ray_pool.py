@@ -1,58 +1,30 @@
 """Ray actors for asynchronous learners (IMPALA's ``runtime=ray``).
 
-:class:`RayPool` runs ``num_actors`` Ray actors (:class:`RolloutWorker`, made remote inside
-the pool); each is a :class:`~rltrans.runtime.remote.RemoteActor` (env and agent built from the
-plain configs, acting through the one acting loop). What this pool shares with the process
-pool (actor slots, the wire format, restarts, closing, ``from_config``) is
-:class:`~rltrans.runtime.remote.RemotePool`; this module holds the transport. A rollout comes
-back as the return value of one actor call: a dict of CPU NumPy
-arrays (observation tree, actions, log-probs, values, rewards, flags, the T/L segment
-memories, the bootstrap value) plus the version of the weights that acted, the episode
-statistics of its steps and the actor's timings. The learner takes finished rollouts with
-:meth:`RayPool.get`; each is a fresh, writable copy, so :meth:`RayPool.release` does nothing.
+:class:`RayPool` runs ``num_actors`` Ray actors (:class:`RolloutWorker`), each a
+:class:`~rltrans.runtime.remote.RemoteActor`; what it shares with the process pool (slots,
+wire format, restarts, closing, ``from_config``) is :class:`~rltrans.runtime.remote.RemotePool`,
+and this module holds the transport. A rollout is the return value of one actor call (CPU
+NumPy arrays, the weights' version, episode statistics, timings); :meth:`RayPool.get` hands
+over a fresh copy, so :meth:`RayPool.release` does nothing.
 
-Design:
+* Ray is optional and imported only inside functions. ``address=None`` starts a local
+  instance (no dashboard, Ray's own authentication defaults, the loopback checked first:
+  without it ``ray.init`` waits forever) that :meth:`RayPool.close` shuts down; an address
+  joins a cluster the pool never shuts down; an instance already running is used as is.
+* Each actor has ``rollouts_in_flight`` calls queued (default 2). A call acts with the
+  weights newest when it was queued, so the policy lag is about ``num_actors x
+  rollouts_in_flight`` rollouts; 1 halves it at the cost of idle actors.
+* :meth:`RayPool.publish` puts one copy of the weights in the object store; actors load it
+  only when the version moved. Actor i seeds with ``actor_seed(seed, i, N)``, so one actor
+  repeats a LocalActor exactly; Ray keeps one caller's calls to an actor in order, so
+  :meth:`RayPool.restart_envs` applies after the rollouts already queued.
+* Ctrl-C reaches only the learner (the actors ignore SIGINT), which checkpoints, then stops
+  them. A failed call warns on stderr and restarts its actor with a new seed (up to
+  ``max_restarts``; its other queued calls are lost, counted); an actor that fails before
+  its first rollout fails the pool (a bad config, not bad luck).
 
-* Ray is optional (``pip install "rltrans[ray]"``): this module imports it only inside
-  functions, so importing it (or the trainer) never needs Ray.
-* The Ray instance: ``address=None`` starts a local one (``num_cpus`` = what the actors ask,
-  at least 1; no dashboard; an object store of ``object_store_memory`` bytes) and
-  :meth:`RayPool.close` shuts it down. ``address="auto"`` / ``"host:port"`` /
-  ``"ray://host:port"`` joins an existing cluster, which the pool never shuts down (every node
-  needs rltrans and the env's packages installed). If Ray is already initialized in this
-  process, the pool uses that instance and leaves it running.
-* A locally started instance keeps Ray's defaults for authentication (recent Ray turns token
-  authentication on; ``RAY_AUTH_MODE`` decides); only Ray's warning that it did so is muted.
-  Before starting it the pool checks that the loopback interface accepts connections:
-  without it ``ray.init`` waits forever.
-* In flight: each actor has ``rollouts_in_flight`` rollout calls queued (default 2: it acts
-  its next rollout while the learner trains on the last). :meth:`RayPool.get` waits
-  (``ray.wait``) for the oldest finished call of any actor and at once queues that actor's
-  next call with the newest weights. A call acts with the weights newest when it was queued
-  (not when it starts, as in ProcessPool), so the policy lag is about
-  ``num_actors x rollouts_in_flight`` rollouts; ``rollouts_in_flight=1`` halves it, at the
-  cost of actors idling while the learner trains.
-* Weights: :meth:`RayPool.publish` puts one CPU copy of the state_dict in Ray's object store
-  (``ray.put``) and every later call passes that reference wrapped in a list (so Ray does
-  not fetch it for each call) with its version; an actor fetches and loads the weights only
-  when the version moved. ``LocalActor.collect`` then calls ``agent.refresh_state``.
-* Seeds: actor i resets its envs and seeds its RNGs with ``actor_seed(seed, i, N)`` of
-  :mod:`rltrans.runtime.pool` (as LocalPool's and ProcessPool's actors); one actor with the
-  learner's weights repeats a LocalActor of this process exactly.
-* Order: Ray runs the calls of one caller to one actor in order, so :meth:`RayPool.restart_envs`
-  applies after the rollouts already queued (as in ProcessPool).
-* Signals: Ray's worker processes lead process groups of their own with SIGINT blocked, and
-  each actor ignores SIGINT as well, so Ctrl-C reaches only the learner, which finishes its
-  update, checkpoints and then kills the actors (as at a normal finish).
-* Failures: a call that raises (the actor died: ``RayActorError``; or its code raised) gets
-  the actor a one-line warning on stderr naming it, then a new actor with a new seed (up to
-  ``max_restarts`` per actor, then RuntimeError); its other queued calls are lost (counted).
-  An actor whose code raises before the first rollout it ever delivers fails the pool (a bad
-  config, not bad luck), with the actor's error.
-
-Rewards are stored as the env returned them: reward scaling, if any, is the learner's.
-Episode statistics travel with each rollout (the info keys EpisodeTracker reads) to the
-pool's ``on_info``, called in :meth:`RayPool.get` before it returns that rollout.
+Rewards are stored as the env returned them (scaling is the learner's); episode statistics
+reach the pool's ``on_info`` in :meth:`RayPool.get`, before their rollout.
 """
 
 from __future__ import annotations

@@ -255,7 +255,8 @@ class OfflineTrainer(Trainer):
         self.targets = eval_targets(algo, dataset.returns())
         env_cfg = self._eval_env(run, dataset)
         with run.building("agent"):
-            check_resources(plan.config, spaces=self.spaces)  # what the spaces size
+            # The heads and encoders the spaces size.
+            check_resources(plan.config, spaces=self.spaces)
             stats = self.buffer.stats()
             self.agent = build_agent(plan.agent.to_dict(), *self.spaces, stats=stats)
             self.agent.to(device)

@@ -274,12 +274,12 @@ class OnlineTrainer(Trainer):
 
     def build_agent(self, run: Run, spaces: tuple[Any, Any]) -> None:
         """``agent`` for ``spaces`` on the run's device, and its ``evaluation``."""
-        config = run.config
+        config = self.plan.config
         self.spaces = spaces
         with run.building("agent"):
             check_resources(config, spaces=spaces)  # the heads and encoders the spaces size
             agent_cfg = self.plan.agent.to_dict()
-            options = algo_agent_options(agent_cfg, thaw(config["algo"]))  # e.g. recon. loss
+            options = algo_agent_options(agent_cfg, thaw(config.algo))  # e.g. recon. loss
             self.agent = build_agent(agent_cfg, *spaces, **options).to(run.device)
         with run.building("env"):  # algo.eval_every (0: none); under torchrun rank 0's
             self.evaluation = PeriodicEvaluation(
