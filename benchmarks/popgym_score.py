@@ -189,8 +189,9 @@ def table(
             )
     legend = (
         f"{MMER_LABEL} and {DETERMINISTIC_LABEL}: both mapped onto [0, 1] by the env's return "
-        "range; chance: the uniform random policy's score; above chance and ahead: by the "
-        f"deterministic score, above chance's by more than {ABOVE_CHANCE}."
+        "range; chance: the uniform random policy's score; above chance: some agent beats chance's "
+        f"score by more than {ABOVE_CHANCE}; ahead: the highest mean; both counted by each score "
+        "(det / MMER: - where a run has no MMER)."
     )
     lines += ["", summary(results, agents, chance_of), "", legend]
     return "\n".join(lines)
@@ -215,15 +216,15 @@ def mean_scores(results: list[Result], key: str = "score") -> dict[tuple[str, st
 
 def summary(results: list[Result], agents: list[str], chance_of: dict) -> str:
     """Per level: each agent's mean deterministic score and mean MMER score over the envs every
-    agent ran (- where an env has no MMER), and on how many of the envs where some agent is
-    above chance each agent scores highest (by the deterministic score)."""
+    agent ran (- where an env has no MMER), and by each score, on how many envs some agent is
+    above chance and on how many of those each agent scores highest (``det / MMER``)."""
     means, best = mean_scores(results), mean_scores(results, "mmer_score")
     heads = [f"{a}: deterministic score" for a in agents] + [f"{a}: MMER" for a in agents]
     lines = [
         "| level | envs | "
         + " | ".join(heads)
-        + " | envs above chance | "
-        + " | ".join(f"{a} ahead" for a in agents)
+        + " | envs above chance (det / MMER) | "
+        + " | ".join(f"{a} ahead (det / MMER)" for a in agents)
         + " |",
         "|---|---|" + "---|" * (3 * len(agents) + 1),
     ]
@@ -234,17 +235,21 @@ def summary(results: list[Result], agents: list[str], chance_of: dict) -> str:
         if not envs:
             continue
         cells = [f"{statistics.mean(means[(e, level, a)] for e in envs):.3f}" for a in agents]
+        have = all((e, level, a) in best for e in envs for a in agents)
         for a in agents:
-            have = all((e, level, a) in best for e in envs)
+            known = all((e, level, a) in best for e in envs)
             cells.append(
-                f"{statistics.mean(best[(e, level, a)] for e in envs):.3f}" if have else "-"
+                f"{statistics.mean(best[(e, level, a)] for e in envs):.3f}" if known else "-"
             )
         above, ahead = head_to_head(means, envs, level, agents, chance_of)
+        by_mmer = head_to_head(best, envs, level, agents, chance_of) if have else None
+        above_m = "-" if by_mmer is None else len(by_mmer[0])
+        counts = [f"{ahead[a]} / {'-' if by_mmer is None else by_mmer[1][a]}" for a in agents]
         lines.append(
             f"| {level} | {len(envs)} | "
             + " | ".join(cells)
-            + f" | {len(above)} | "
-            + " | ".join(f"{ahead[a]}" for a in agents)
+            + f" | {len(above)} / {above_m} | "
+            + " | ".join(counts)
             + " |"
         )
     return "\n".join(lines)

@@ -19,9 +19,10 @@ agent's; give each setting an ``--out`` of its own: a finished run is reused, wh
 
 Written to ``--out``: ``table.md`` (both scores per env and agent over the seeds, chance,
 env steps to a score of 0.9 in the evaluations during training, SPS; per level each agent's
-mean scores and head-to-head count), ``results.json``, ``bars.png`` (both scores per env)
-and ``curves.png`` (the evaluations during training). ``--speed`` runs no grid: it times both
-agents' whole PPO updates on each env over ``--rounds`` rounds (``speed.md``).
+mean scores and leads by each score), ``results.json``, ``bars.png`` (both scores per env)
+and ``curves.png`` (the evaluations during training). ``--collect DIR ...`` trains none: it
+tables the finished runs under earlier ``--out`` folders. ``--speed`` runs no grid: it times
+both agents' whole PPO updates on each env over ``--rounds`` rounds (``speed.md``).
 
     python benchmarks/memory_suite.py --suite popgym --quick    # 28 runs, about an hour on 2 cores
     python benchmarks/memory_suite.py --suite popgym            # Easy and Medium, seeds 1-3
@@ -131,16 +132,22 @@ def budget(env: str, level: str, args: argparse.Namespace) -> int:
     return args.env_steps.get(label(env, level), args.steps)
 
 
+def finished(run: Path, env_id: str) -> Result:
+    """The result a finished run folder keeps; an older one without the MMER gets it from the
+    run's logs (where they are), written back so it is read once."""
+    done = run / "result.json"
+    result = Result(**json.loads(done.read_text()))
+    if result.mmer is None and (best := mmer(run)) is not None:
+        result.mmer, result.mmer_score = best, score(env_id, best)
+        done.write_text(json.dumps(asdict(result)))
+    return result
+
+
 def one_run(cell: Cell, env_id: str, args: argparse.Namespace) -> Result:
     """Train (or resume, or reuse) one run and evaluate its last checkpoint."""
     run = Path(args.out) / cell.name
-    done = run / "result.json"
-    if done.is_file():
-        result = Result(**json.loads(done.read_text()))
-        if result.mmer is None and (best := mmer(run)) is not None:  # an older result
-            result.mmer, result.mmer_score = best, score(env_id, best)
-            done.write_text(json.dumps(asdict(result)))
-        return result
+    if (run / "result.json").is_file():
+        return finished(run, env_id)
     steps = budget(cell.env, cell.level, args)
     train = [
         *env_overrides(cell, env_id),
@@ -187,7 +194,7 @@ def one_run(cell: Cell, env_id: str, args: argparse.Namespace) -> Result:
         best,
         None if best is None else score(env_id, best),
     )
-    done.write_text(json.dumps(asdict(result)))
+    (run / "result.json").write_text(json.dumps(asdict(result)))
     return result
 
 
@@ -306,6 +313,13 @@ def parser() -> argparse.ArgumentParser:
         help="instead of the runs: both agents' SPS over whole PPO updates on each env,\n"
         "their runs alternating in this one process (written to speed.md)",
     )
+    p.add_argument(
+        "--collect",
+        nargs="+",
+        metavar="DIR",
+        help="instead of the runs: the table and pictures of the finished runs under these\n"
+        "folders (earlier suites' --out), written to --out; trains none",
+    )
     p.add_argument("--rounds", type=int, default=3, help="--speed: rounds of both agents")
     p.add_argument("--updates", type=int, default=4, help="--speed: timed updates per run")
     return p
@@ -364,13 +378,15 @@ def progress(r: Result) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the grid (in parallel, resumably), print the table, write the pictures."""
     p, args = parse(argv)
-    chosen = chosen_envs(p, args)
+    chosen, out = chosen_envs(p, args), Path(args.out)
     if args.speed:
-        out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         text = speed(chosen, args)
         print(text)
         (out / "speed.md").write_text(text + "\n")
+        return
+    if args.collect:
+        report(*collected(p, args.collect), out)
         return
     kinds = ["popgym", "twin"] if args.twins else ["popgym"]
     rows = [(e, lv, k) for (e, lv) in chosen for k in kinds if k == "popgym" or e in TWINS]
@@ -380,10 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         for e, lv, k in rows
         for agent in args.agents
     ]
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    chance_by_id = chances(chosen, out)
-    chance_of = {key: chance_by_id[env_id] for key, env_id in chosen.items()}
     print(f"# {len(grid)} runs in {out}, {args.jobs} at a time", flush=True)
     start = time.monotonic()
     results = run_grid(
@@ -391,20 +404,78 @@ def main(argv: list[str] | None = None) -> None:
         {cell.name: partial(one_run, cell, env_id, args) for cell, env_id in grid},
         progress,
     )
+    budgets = {label(e, lv): budget(e, lv, args) for e, lv in chosen}
+    report(results, chosen, budgets, out)
+    print(f"# {(time.monotonic() - start) / 60:.1f} min")
+
+
+def row_order(row: tuple[str, str, str]) -> tuple[int, str, str]:
+    """A table row's place: by level (Easy first), then env, then the twin after its env."""
+    env, level, kind = row
+    return (LEVELS.index(level), env, kind)
+
+
+def collected(
+    p: argparse.ArgumentParser, folders: list[str]
+) -> tuple[list[Result], dict[tuple[str, str], str], dict[str, int]]:
+    """The finished runs (``result.json``, one folder down) under ``folders``, the env ids they
+    ran and each env's budget (its runs' ``total_steps``); an older result gets its MMER from its
+    logs, as a suite run reuses it. Names the unfinished runs it leaves out; exits with code 2
+    naming a run found twice, or where no folder holds a finished run."""
+    registered = popgym_envs()
+    found: dict[str, Path] = {}
+    results, budgets, unfinished = [], {}, []
+    for folder in folders:
+        for run in sorted(path.parent for path in Path(folder).glob("*/config.yaml")):
+            if not (run / "result.json").is_file():
+                unfinished.append(run.name)
+                continue
+            if run.name in found:
+                p.error(f"--collect: the run {run.name} is in both {found[run.name]} and {run}")
+            found[run.name] = run
+            kept = json.loads((run / "result.json").read_text())
+            result = finished(run, registered[(kept["env"], kept["level"])])
+            result.run_dir = str(run)  # where it is now: its curves are read from it
+            results.append(result)
+            key = label(result.env, result.level)
+            budgets[key] = max(budgets.get(key, 0), run_steps(run))
+    if not results:
+        p.error(f"--collect {' '.join(folders)}: no finished run (no */result.json) in them")
+    if unfinished:
+        print(f"# {len(unfinished)} unfinished runs left out: {', '.join(unfinished)}")
+    chosen = {(r.env, r.level): registered[(r.env, r.level)] for r in results}
+    return results, chosen, budgets
+
+
+def run_steps(run: Path) -> int:
+    """The env steps a finished run was given: ``total_steps`` of its saved config."""
+    import yaml
+
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    return int(config["total_steps"])
+
+
+def report(
+    results: list[Result], chosen: dict[tuple[str, str], str], budgets: dict[str, int], out: Path
+) -> None:
+    """Score ``results`` by today's return ranges and write the table (also printed),
+    ``results.json`` and the pictures to ``out``: a row per env they ran (by level, then
+    name, each twin after its env), the agents in the suite's order."""
+    rows = sorted({(r.env, r.level, r.kind) for r in results}, key=row_order)
+    agents = [a for a in AGENTS if any(r.agent == a for r in results)]
+    out.mkdir(parents=True, exist_ok=True)
+    chance_by_id = chances(chosen, out)
+    chance_of = {key: chance_by_id[env_id] for key, env_id in chosen.items()}
     for r in results:  # scored by today's ranges, whenever the run was made
         env_id = chosen[(r.env, r.level)]
         r.score = score(env_id, r.eval_return)
         r.mmer_score = None if r.mmer is None else score(env_id, r.mmer)
-    budgets = {label(e, lv): budget(e, lv, args) for e, lv in chosen}
-    text = table(results, rows, args.agents, chance_of, budgets)
+    text = table(results, rows, agents, chance_of, budgets)
     print(text)
     (out / "table.md").write_text(text + "\n")
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
-    draw(results, rows, args.agents, chance_of, chosen, out)
-    print(
-        f"# {(time.monotonic() - start) / 60:.1f} min; pictures: {out / 'bars.png'}, "
-        f"{out / 'curves.png'}"
-    )
+    draw(results, rows, agents, chance_of, chosen, out)
+    print(f"# table: {out / 'table.md'}; pictures: {out / 'bars.png'}, {out / 'curves.png'}")
 
 
 if __name__ == "__main__":

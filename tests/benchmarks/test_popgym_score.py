@@ -41,9 +41,10 @@ def suite(scoring):
         yield module
 
 
-def write_run(run: Path, updates: list[list[float]]) -> None:
+def write_run(run: Path, updates: list[list[float]], evaluated: float | None = None) -> None:
     """A run folder whose training finished the episodes ``updates[k]`` (their returns) in
-    update k, logged at the end of each update as the trainer logs them."""
+    update k, logged at the end of each update as the trainer logs them; with ``evaluated``, an
+    evaluation of that mean return after each update too."""
     run.mkdir(parents=True)
     tracker = EpisodeTracker(window=100)  # the PPO trainer's window
     with MetricLogger(run) as logger:
@@ -52,7 +53,10 @@ def write_run(run: Path, updates: list[list[float]]) -> None:
                 n = len(returns)
                 episode = {"r": np.array(returns), "l": np.full(n, 10)}
                 tracker.update({"episode": episode, "_episode": np.ones(n, dtype=bool)})
-            logger.log(k * STEPS_PER_UPDATE, {**tracker.metrics(), "charts/SPS": 1000.0})
+            evaluation = {} if evaluated is None else {"eval/episodic_return": evaluated}
+            logger.log(
+                k * STEPS_PER_UPDATE, {**tracker.metrics(), "charts/SPS": 1000.0, **evaluation}
+            )
 
 
 # Four updates: 80 episodes of 0.0; 40 of 0.8; 100 of -0.5; 30 of 0.9. The window of the last
@@ -136,8 +140,8 @@ def test_the_table_shows_both_scores_and_a_dash_where_the_mmer_is_unknown(scorin
         "| level | envs | gtrxl: deterministic score | gru: deterministic score "
         "| gtrxl: MMER | gru: MMER |"
     )
-    # gru leads on the one env above chance, by the deterministic score
-    assert "| easy | 1 | 0.500 | 0.750 | 0.660 | - | 1 | 0 | 1 |" in lines
+    # gru leads on the one env above chance by the deterministic score; by the MMER: unknown
+    assert "| easy | 1 | 0.500 | 0.750 | 0.660 | - | 1 / - | 0 / - | 1 / - |" in lines
 
 
 @pytest.mark.parametrize(
@@ -154,3 +158,65 @@ def test_seed_and_seeds_together_are_refused(suite, capsys):
         suite.parse(["--seed", "3", "--seeds", "2"])
     assert exit_.value.code == 2
     assert "argument --seeds: not allowed with argument --seed" in capsys.readouterr().err
+
+
+def test_the_level_summary_counts_the_leads_by_each_score(scoring):
+    # gtrxl's final policy is ahead (0.9 against 0.6), the GRU's training episodes (0.8 and 0.7)
+    def result(agent: str, score: float, best: float):
+        r = scoring.Result("RepeatFirst", "easy", "popgym", agent, 1, 0.0, score, None, 1.0, "")
+        r.mmer, r.mmer_score = 0.0, best
+        return r
+
+    results = [result("gtrxl", 0.9, 0.7), result("gru", 0.6, 0.8)]
+    chance = {("RepeatFirst", "easy"): 0.25}
+    head, _, line = scoring.summary(results, ["gtrxl", "gru"], chance).splitlines()
+    assert head.endswith(
+        "| envs above chance (det / MMER) | gtrxl ahead (det / MMER) | gru ahead (det / MMER) |"
+    )
+    assert line == "| easy | 1 | 0.900 | 0.600 | 0.700 | 0.800 | 1 / 1 | 1 / 0 | 0 / 1 |"
+
+
+def finished_run(scoring, run: Path, agent: str, seed: int, steps: int, value: float) -> None:
+    """A run folder as the suite leaves it: its saved config, its training logs and result."""
+    write_run(run, UPDATES, evaluated=value)
+    (run / "config.yaml").write_text(f"total_steps: {steps}\nseed: {seed}\n")
+    result = scoring.Result("RepeatFirst", "easy", "popgym", agent, seed, value, 0.0, None, 9.0, "")
+    (run / "result.json").write_text(json.dumps(asdict(result)))
+
+
+def test_collect_tables_the_finished_runs_of_several_folders(scoring, suite, tmp_path, capsys):
+    pytest.importorskip("popgym")
+    first, second, out = tmp_path / "first", tmp_path / "second", tmp_path / "table"
+    finished_run(scoring, first / "RepeatFirstEasy-gru-s1", "gru", 1, 200_000, 0.5)
+    finished_run(scoring, first / "RepeatFirstEasy-gtrxl-s1", "gtrxl", 1, 200_000, 1.0)
+    finished_run(scoring, second / "RepeatFirstEasy-gtrxl-s2", "gtrxl", 2, 200_000, 0.0)
+    (second / "RepeatFirstEasy-gru-s2").mkdir()  # still training: a config, no result
+    (second / "RepeatFirstEasy-gru-s2" / "config.yaml").write_text("total_steps: 200000\n")
+    suite.main(["--collect", str(first), str(second), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "# 1 unfinished runs left out: RepeatFirstEasy-gru-s2" in printed
+    text = (out / "table.md").read_text()
+    # gtrxl over both folders' seeds: returns 1.0 and 0.0 are scores 1.0 and 0.5; the MMER of
+    # each run's logs (0.32, score 0.66)
+    assert "| RepeatFirstEasy | gtrxl | 200,000 | 0.75 (0.50-1.00) | 0.66 (0.66-0.66) |" in text
+    assert "| RepeatFirstEasy | gru | 200,000 | 0.75 (0.75-0.75) | 0.66 (0.66-0.66) |" in text
+    kept = json.loads((out / "results.json").read_text())
+    assert sorted(r["run_dir"] for r in kept) == sorted(
+        str(run) for run in (*first.iterdir(), second / "RepeatFirstEasy-gtrxl-s2")
+    )
+    assert (out / "bars.png").is_file() and (out / "curves.png").is_file()
+
+
+def test_collect_names_a_run_found_twice_and_a_folder_with_none(scoring, suite, tmp_path, capsys):
+    pytest.importorskip("popgym")
+    for folder in ("first", "second"):
+        finished_run(scoring, tmp_path / folder / "RepeatFirstEasy-gru-s1", "gru", 1, 1024, 0.5)
+    with pytest.raises(SystemExit) as exit_:
+        suite.main(["--collect", str(tmp_path / "first"), str(tmp_path / "second")])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    assert f"the run RepeatFirstEasy-gru-s1 is in both {tmp_path / 'first'}" in error
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit):
+        suite.main(["--collect", str(tmp_path / "empty")])
+    assert f"--collect {tmp_path / 'empty'}: no finished run" in capsys.readouterr().err

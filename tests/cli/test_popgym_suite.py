@@ -135,11 +135,11 @@ def test_the_level_summary_counts_a_lone_agent_ahead_where_it_beats_chance(scori
     chance = {("RepeatFirst", "medium"): 0.25, ("CountRecall", "medium"): 0.03}
     head, *_, line = scoring.summary(results, ["gtrxl"], chance).splitlines()
     assert head == (
-        "| level | envs | gtrxl: deterministic score | gtrxl: MMER | envs above chance "
-        "| gtrxl ahead |"
+        "| level | envs | gtrxl: deterministic score | gtrxl: MMER "
+        "| envs above chance (det / MMER) | gtrxl ahead (det / MMER) |"
     )
     # one env above chance (RepeatFirst's 1.0 against 0.25), and it leads there; no MMER: "-"
-    assert line == "| medium | 2 | 0.510 | - | 1 | 1 |"
+    assert line == "| medium | 2 | 0.510 | - | 1 / - | 1 / - |"
 
 
 def test_a_set_value_holding_a_colon_is_not_read_as_an_agent_prefix(suite):
