@@ -449,10 +449,9 @@ def collected(
 
 def run_steps(run: Path) -> int:
     """The env steps a finished run was given: ``total_steps`` of its saved config."""
-    import yaml
+    from rltrans.config import read_yaml
 
-    config = yaml.safe_load((run / "config.yaml").read_text())
-    return int(config["total_steps"])
+    return int(read_yaml(run / "config.yaml")["total_steps"])
 
 
 def report(
