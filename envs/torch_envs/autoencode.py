@@ -24,14 +24,6 @@ POPGym, whose episodes deal every card of its decks:
     easy    length=52    (POPGym: 1 deck,  103 steps)
     medium  length=104   (POPGym: 2 decks, 207 steps)
     hard    length=156   (POPGym: 3 decks, 311 steps)
-
-POPGym observes (mode, suit) as two discrete values and shows suit 0 during play; here
-the mode is one flag and play shows no card (both carry no information).
-
-Frames (`render_mode="rgb_array"`), one colour per symbol. Top row: the phase (blue
-watch, orange play), a gap, the last answer and its verdict (green correct, red wrong,
-grey while watching). Below, the cards shown so far in rows of 26; cards already
-played back are pale.
 """
 
 from __future__ import annotations
@@ -61,6 +53,14 @@ WATCH_COLOUR, PLAY_COLOUR = (66, 133, 244), (244, 160, 0)
 class Autoencode(TorchVectorEnv):
     """N Autoencode tasks stepped together.
 
+    POPGym observes (mode, suit) as two discrete values and shows suit 0 during play; here
+    the mode is one flag and play shows no card (both carry no information).
+
+    Frames (`render_mode="rgb_array"`), one colour per symbol. Top row: the phase (blue
+    watch, orange play), a gap, the last answer and its verdict (green correct, red wrong,
+    grey while watching). Below, the cards shown so far in rows of 26; cards already
+    played back are pale.
+
     Example:
         >>> env = Autoencode(num_envs=16, length=8)
         >>> obs, _ = env.reset(seed=0)          # (16, 5): watch flag, one-hot card
@@ -73,10 +73,10 @@ class Autoencode(TorchVectorEnv):
         num_symbols: size of the card alphabet (>= 2); also the number of actions.
         device: where all state and returned tensors live.
         validate_actions: check action values each step (a host sync for GPU-tensor actions).
-        render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
+        render_mode: "rgb_array" to draw frames with `render()` (see Frames above).
     """
 
-    # POPGym's AutoencodeEasy/Medium/Hard (see the module docstring).
+    # POPGym's AutoencodeEasy/Medium/Hard (see Frames above).
     popgym_presets: ClassVar[dict[str, dict[str, int]]] = {
         "easy": {"length": 52},
         "medium": {"length": 104},

@@ -25,12 +25,6 @@ as 1, so its k is k + 1 here, and its episodes deal every card of 1, 2 or 3 deck
     hard    k=63  episode_length=155   (POPGym: 3 decks, k=64)
 
 with the same observations (the suit, one-hot), rewards and returns as POPGym.
-
-Frames (`render_mode="rgb_array"`), one colour per symbol, two rows of cells. Top row:
-the last k + 1 symbols shown, oldest (the one the next answer must repeat) on the left,
-the current symbol on the right; after a gap, the last answer's symbol and a verdict
-cell (green correct, red wrong, grey not graded). Bottom row: the steps taken, one cell
-per step (a bar of at most 64 cells for longer episodes).
 """
 
 from __future__ import annotations
@@ -59,6 +53,12 @@ MAX_BAR = 64  # cells of the step bar
 class RepeatPrevious(TorchVectorEnv):
     """N Repeat Previous tasks stepped together.
 
+    Frames (`render_mode="rgb_array"`), one colour per symbol, two rows of cells. Top row:
+    the last k + 1 symbols shown, oldest (the one the next answer must repeat) on the left,
+    the current symbol on the right; after a gap, the last answer's symbol and a verdict
+    cell (green correct, red wrong, grey not graded). Bottom row: the steps taken, one cell
+    per step (a bar of at most 64 cells for longer episodes).
+
     Example:
         >>> env = RepeatPrevious(num_envs=16, num_symbols=4, k=4, episode_length=32)
         >>> obs, _ = env.reset(seed=0)          # (16, 4) one-hot symbols
@@ -72,10 +72,10 @@ class RepeatPrevious(TorchVectorEnv):
         episode_length: steps per episode (> k).
         device: where all state and returned tensors live.
         validate_actions: check action values each step (a host sync for GPU-tensor actions).
-        render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
+        render_mode: "rgb_array" to draw frames with `render()` (see Frames above).
     """
 
-    # POPGym's RepeatPreviousEasy/Medium/Hard (see the module docstring).
+    # POPGym's RepeatPreviousEasy/Medium/Hard (see Frames above).
     popgym_presets: ClassVar[dict[str, dict[str, int]]] = {
         "easy": {"k": 3, "episode_length": 51},
         "medium": {"k": 31, "episode_length": 103},

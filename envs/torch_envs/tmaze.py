@@ -24,23 +24,6 @@ every other step gives `-step_penalty` (default 0, the plain task), and a step t
 makes no progress (anything but right in the corridor, anything but a turn at the
 junction) costs a further `idle_penalty` (default 0). The final observation of a
 terminated episode is the junction observation.
-
-`idle_penalty` is the shaping of the "passive T-maze" of Ni et al. 2023: it makes
-walking to the junction learnable without memory (a random walk almost never reaches
-the end of a long corridor before the time limit) while leaving the returns of the
-two reference policies unchanged: walking straight and guessing still scores 0 on
-average, walking straight and remembering the cue still scores 1.
-
-Differences from Bakker: reward +1/-1 instead of +4/-0.1, and the cue is shown at
-t=0 only, not whenever the agent stands on the start cell, so going back does not
-recover it. This is the "passive T-maze" of Ni et al. 2023 ("When Do Transformers
-Shine in RL?"), whose optional per-step penalty is `step_penalty` here.
-
-Frames (`render_mode="rgb_array"`): three rows of `length + 1` cells. The middle row is
-the corridor with the junction at its right end; the up arm (blue) sits above the
-junction, the down arm (orange) below it. The start cell carries the cue's colour,
-bright while the agent sees it (the first observation), pale after. The agent is a black
-square; on the step that ends an episode it stands in the arm it turned into.
 """
 
 from __future__ import annotations
@@ -65,6 +48,23 @@ UP_COLOUR, DOWN_COLOUR = (66, 133, 244), (244, 160, 0)
 class TMaze(TorchVectorEnv):
     """N T-mazes stepped together; `info["success"]` at episode end says the cued arm was taken.
 
+    `idle_penalty` is the shaping of the "passive T-maze" of Ni et al. 2023: it makes
+    walking to the junction learnable without memory (a random walk almost never reaches
+    the end of a long corridor before the time limit) while leaving the returns of the
+    two reference policies unchanged: walking straight and guessing still scores 0 on
+    average, walking straight and remembering the cue still scores 1.
+
+    Differences from Bakker: reward +1/-1 instead of +4/-0.1, and the cue is shown at
+    t=0 only, not whenever the agent stands on the start cell, so going back does not
+    recover it. This is the "passive T-maze" of Ni et al. 2023 ("When Do Transformers
+    Shine in RL?"), whose optional per-step penalty is `step_penalty` here.
+
+    Frames (`render_mode="rgb_array"`): three rows of `length + 1` cells. The middle row is
+    the corridor with the junction at its right end; the up arm (blue) sits above the
+    junction, the down arm (orange) below it. The start cell carries the cue's colour,
+    bright while the agent sees it (the first observation), pale after. The agent is a black
+    square; on the step that ends an episode it stands in the arm it turned into.
+
     Example:
         >>> env = TMaze(num_envs=8, length=10)
         >>> obs, _ = env.reset(seed=0)          # (8, 4), obs[:, :2] holds the cue
@@ -81,7 +81,7 @@ class TMaze(TorchVectorEnv):
             toward the junction or, at the junction, does not turn (>= 0).
         device: where all state and returned tensors live.
         validate_actions: check action values each step (a host sync for GPU-tensor actions).
-        render_mode: "rgb_array" to draw frames with `render()` (see the module docstring).
+        render_mode: "rgb_array" to draw frames with `render()` (see Frames above).
     """
 
     def __init__(
